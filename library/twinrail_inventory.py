@@ -1,0 +1,85 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Validate a twinrail inventory on the controller (preflight gate)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: twinrail_inventory
+short_description: Validate a twinrail inventory before any host is touched
+description:
+  - Checks the groups (exactly one C(master), 1 to 7 C(workers), all under
+    C(cluster)) and every node's C(twinrail_*) variables: management address,
+    rails (name, interface, address/prefix, RDMA device, MTU), thresholds,
+    watermarks, booleans, paths and the model figures.
+  - Across nodes, checks that every node has the same rails, that both ends
+    of a rail share its subnet, that no two rails share a subnet, that no rail
+    overlaps a management network and that every address is unique.
+  - Runs on the controller and contacts no host, so an inventory of
+    unreachable hosts still gets its input errors first. Changes nothing.
+  - Every failure sentence names the host, the variable, what was expected
+    and what was found.
+version_added: "0.1.0"
+author: twinrail developers
+options:
+  groups:
+    description: The inventory's groups (the C(groups) magic variable).
+    type: dict
+    required: true
+  nodes:
+    description:
+      - For every host of the C(cluster) group, its C(twinrail_*) variables.
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Validate the inventory
+  twinrail_inventory:
+    groups: "{{ groups }}"
+    nodes: "{{ __preflight_nodes }}"
+"""
+
+RETURN = r"""
+errors:
+  description: One sentence per defect; empty when the inventory is sound.
+  returned: always
+  type: list
+  elements: str
+  sample: ["worker1: twinrail_rails[0].address: expected an IPv4 address with its prefix, such as 10.10.0.1/30, got '10.10.0.2' (str)"]
+nodes:
+  description: The hosts that were checked, master first.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.twinrail_inventory import validate
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "groups": {"type": "dict", "required": True},
+            "nodes": {"type": "dict", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    groups = module.params["groups"]
+    errors = validate(groups, module.params["nodes"])
+    checked = list(groups.get("master") or []) + list(groups.get("workers") or [])
+    if errors:
+        module.fail_json(
+            msg="preflight: the inventory has {0} defect(s); nothing was changed on "
+                "any host:\n{1}".format(len(errors), "\n".join(errors)),
+            errors=errors, nodes=checked)
+    module.exit_json(changed=False, errors=[], nodes=checked)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Memory plan gate: does the model fit under every node's soft watermark?"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: twinrail_memory_plan
+short_description: Check that the model and its KV cache fit on the nodes
+description:
+  - Computes params x bits/8 x overhead + KV cache (layers x kv heads x head
+    dim x 2 x bytes x context x parallel sequences), splits it over the
+    nodes and compares each node's share with its soft memory watermark.
+  - When O(model.gguf) names a GGUF file on the machine running the module
+    (the controller), the parameter count, bits per parameter, layers, KV
+    heads and head dimension come from its metadata instead of the inventory.
+  - Returns the arithmetic as lines; fails naming the host, the figure and
+    the watermark when a node's share does not fit. Changes nothing.
+version_added: "0.1.0"
+author: twinrail developers
+options:
+  model:
+    description:
+      - The model (C(twinrail_model)) with C(name), C(params_b),
+        C(bits_per_param), C(layers), C(kv_heads), C(head_dim), C(context),
+        C(kv_bytes), C(parallel) and optionally C(gguf).
+    type: dict
+    required: true
+  memory_mb:
+    description: Each node's total memory in MiB (from C(ansible_memtotal_mb)).
+    type: dict
+    required: true
+  soft_watermark_pct:
+    description: Soft memory watermark in percent of a node's memory.
+    type: float
+    required: true
+  hard_watermark_pct:
+    description: Hard memory watermark in percent of a node's memory.
+    type: float
+    required: true
+  overhead:
+    description: Factor on the weights for copies, activations and allocations.
+    type: float
+    default: 1.2
+attributes:
+  check_mode:
+    support: full
+requirements:
+  - gguf (Python package, only when O(model.gguf) is set)
+"""
+
+EXAMPLES = r"""
+- name: Check the memory plan
+  twinrail_memory_plan:
+    model: "{{ twinrail_model }}"
+    memory_mb: {master: 131072, worker1: 131072}
+    soft_watermark_pct: 85
+    hard_watermark_pct: 92
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+lines:
+  description: The plan's arithmetic, one line per step and per node.
+  returned: always
+  type: list
+  elements: str
+source:
+  description: Where the model figures came from, C(inventory) or the GGUF path.
+  returned: always
+  type: str
+plan:
+  description: Bytes of weights, KV cache, total, per-node share, per-node verdicts.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.twinrail_gguf import GGUFError, model_figures
+from ansible.module_utils.twinrail_memory import plan
+
+FROM_GGUF = ("params_b", "bits_per_param", "layers", "kv_heads", "head_dim")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "model": {"type": "dict", "required": True},
+            "memory_mb": {"type": "dict", "required": True},
+            "soft_watermark_pct": {"type": "float", "required": True},
+            "hard_watermark_pct": {"type": "float", "required": True},
+            "overhead": {"type": "float", "default": 1.2},
+        },
+        supports_check_mode=True,
+    )
+    model = dict(module.params["model"])
+    source = "inventory"
+    gguf = model.get("gguf") or ""
+    if gguf:
+        if not os.path.isfile(gguf):
+            module.fail_json(msg=f"preflight: twinrail_model.gguf: expected a GGUF file on "
+                                 f"the controller, got {gguf!r}, which does not exist")
+        try:
+            figures = model_figures(gguf)
+        except GGUFError as exc:
+            module.fail_json(msg=f"preflight: twinrail_model.gguf: {exc}")
+        for key in FROM_GGUF:
+            model[key] = figures[key]
+        source = gguf
+    memory = {}
+    for host, mib in module.params["memory_mb"].items():
+        try:
+            memory[host] = int(mib) * (1 << 20)
+        except (TypeError, ValueError):
+            module.fail_json(msg=f"preflight: {host}: ansible_memtotal_mb: expected a "
+                                 f"number of MiB, got {mib!r}")
+    result = plan(model, memory, module.params["soft_watermark_pct"],
+                  module.params["hard_watermark_pct"], module.params["overhead"])
+    lines = [f"model figures from {source}"] + result.pop("lines")
+    failures = result.pop("failures")
+    if failures:
+        module.fail_json(msg="preflight: memory plan: " + "; ".join(failures),
+                         lines=lines, failures=failures, plan=result, source=source)
+    module.exit_json(changed=False, lines=lines, plan=result, source=source, model=model)
+
+
+if __name__ == "__main__":
+    main()

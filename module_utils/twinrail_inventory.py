@@ -1,0 +1,327 @@
+# -*- coding: utf-8 -*-
+"""Validation of a twinrail inventory, run on the controller before any host
+is contacted.
+
+The input is what the preflight play hands to the ``twinrail_inventory``
+module: the inventory's groups and, for every host of ``cluster``, its
+``twinrail_*`` variables (and ``ansible_host``). The output is a list of
+sentences, one per defect, each naming the variable, the host and the
+expected form. An empty list means the inventory is sound.
+
+Kept free of Ansible imports so that unit tests and tools can call it alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+MAX_WORKERS = 7
+# Ethernet rails: 1280 (the IPv6 minimum) to 9216 (the largest jumbo frame
+# that ConnectX and most switches accept).
+MTU_MIN, MTU_MAX = 1280, 9216
+RAIL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,14}$")
+# Linux interface names: 1 to 15 bytes, no slash, colon or white space.
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+RDMA_DEVICE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+
+# cluster-wide variables: name -> (kind, expected form)
+BOOLEANS = ("twinrail_lab", "twinrail_tcp_fallback_allowed")
+ABS_PATHS = ("twinrail_weights_root", "twinrail_runtime_root")
+MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
+MODEL_NUMBERS = ("params_b", "bits_per_param", "kv_bytes")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _show(value) -> str:
+    if value is None:
+        return "nothing (undefined)"
+    return f"{value!r} ({type(value).__name__})"
+
+
+class Validator:
+    """Collects every defect of an inventory; call :meth:`run`."""
+
+    def __init__(self, groups: dict, nodes: dict):
+        self.groups = groups or {}
+        self.nodes = nodes or {}
+        self.errors: list[str] = []
+
+    def err(self, where: str, variable: str, expected: str, got) -> None:
+        self.errors.append(f"{where}: {variable}: expected {expected}, got {_show(got)}")
+
+    # -- groups ------------------------------------------------------------
+
+    def check_groups(self) -> tuple[list[str], list[str]]:
+        masters = list(self.groups.get("master") or [])
+        workers = list(self.groups.get("workers") or [])
+        cluster = list(self.groups.get("cluster") or [])
+        if len(masters) != 1:
+            self.errors.append(
+                f"inventory: group 'master': expected exactly one host, got "
+                f"{len(masters)} ({', '.join(masters) or 'none'})")
+        if not 1 <= len(workers) <= MAX_WORKERS:
+            self.errors.append(
+                f"inventory: group 'workers': expected 1 to {MAX_WORKERS} hosts, got "
+                f"{len(workers)} ({', '.join(workers) or 'none'})")
+        for host in set(masters) & set(workers):
+            self.errors.append(
+                f"{host}: inventory: expected a host in either 'master' or 'workers', "
+                f"got it in both")
+        for host in masters + workers:
+            if host not in cluster:
+                self.errors.append(
+                    f"{host}: inventory: expected every host of 'master' and 'workers' "
+                    f"to be in group 'cluster', got it outside")
+        return masters, [w for w in workers if w not in masters]
+
+    # -- one node ------------------------------------------------------------
+
+    def check_cluster_vars(self, host: str, hv: dict) -> None:
+        for name in BOOLEANS:
+            if not isinstance(hv.get(name), bool):
+                self.err(host, name, "a boolean (true or false)", hv.get(name))
+        for name in ABS_PATHS:
+            value = hv.get(name)
+            if not isinstance(value, str) or not value.startswith("/"):
+                self.err(host, name, "an absolute path", value)
+        mtu = hv.get("twinrail_rail_mtu")
+        if not _is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX:
+            self.err(host, "twinrail_rail_mtu", f"an integer from {MTU_MIN} to {MTU_MAX}", mtu)
+        rate = hv.get("twinrail_rail_link_rate_gbps")
+        if not _is_number(rate) or rate <= 0:
+            self.err(host, "twinrail_rail_link_rate_gbps",
+                     "a positive number of Gb/s (e.g. 200)", rate)
+        ratio = hv.get("twinrail_bandwidth_min_ratio")
+        if not _is_number(ratio) or not 0 < ratio <= 1:
+            self.err(host, "twinrail_bandwidth_min_ratio",
+                     "a number above 0 and at most 1 (e.g. 0.9)", ratio)
+        soft = hv.get("twinrail_memory_soft_watermark_pct")
+        hard = hv.get("twinrail_memory_hard_watermark_pct")
+        ok = True
+        for name, value in (("twinrail_memory_soft_watermark_pct", soft),
+                            ("twinrail_memory_hard_watermark_pct", hard)):
+            if not _is_number(value) or not 0 < value < 100:
+                self.err(host, name, "a percentage above 0 and below 100", value)
+                ok = False
+        if ok and not soft < hard:
+            self.errors.append(
+                f"{host}: twinrail_memory_soft_watermark_pct / "
+                f"twinrail_memory_hard_watermark_pct: expected soft < hard < 100, "
+                f"got soft {soft} and hard {hard}")
+        self.check_model(host, hv.get("twinrail_model"))
+
+    def check_model(self, host: str, model) -> None:
+        if not isinstance(model, dict):
+            self.err(host, "twinrail_model", "a mapping (name, params_b, bits_per_param, "
+                     "layers, kv_heads, head_dim, context, kv_bytes, parallel)", model)
+            return
+        name = model.get("name")
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+            self.err(host, "twinrail_model.name",
+                     "a name of letters, digits, '.', '_' and '-'", name)
+        gguf = model.get("gguf", "")
+        if gguf not in ("", None) and (not isinstance(gguf, str) or not gguf.startswith("/")):
+            self.err(host, "twinrail_model.gguf",
+                     "an absolute path on the controller, or empty", gguf)
+        for key in MODEL_INTS:
+            value = model.get(key)
+            if not _is_int(value) or value <= 0:
+                self.err(host, f"twinrail_model.{key}", "a positive integer", value)
+        for key in MODEL_NUMBERS:
+            value = model.get(key)
+            if not _is_number(value) or value <= 0:
+                self.err(host, f"twinrail_model.{key}", "a positive number", value)
+        bits = model.get("bits_per_param")
+        if _is_number(bits) and bits > 32:
+            self.err(host, "twinrail_model.bits_per_param", "at most 32 bits", bits)
+
+    def check_node(self, host: str, hv: dict) -> list[dict]:
+        """Check one node's own variables; return its sound rails."""
+        mgmt = hv.get("twinrail_mgmt_address")
+        try:
+            ipaddress.IPv4Interface(mgmt)
+            if "/" not in mgmt:
+                raise ValueError
+        except (ValueError, TypeError, ipaddress.AddressValueError):
+            self.err(host, "twinrail_mgmt_address",
+                     "an IPv4 address with its prefix, such as 10.0.0.11/24", mgmt)
+        self.check_cluster_vars(host, hv)
+        rails = hv.get("twinrail_rails")
+        if not isinstance(rails, list) or not rails:
+            self.err(host, "twinrail_rails", "a non-empty list of rails "
+                     "(name, interface, address, optional rdma_device and mtu)", rails)
+            return []
+        good = []
+        names, ifaces = set(), set()
+        for index, rail in enumerate(rails):
+            where = f"twinrail_rails[{index}]"
+            if not isinstance(rail, dict):
+                self.err(host, where, "a mapping with name, interface and address", rail)
+                continue
+            sound = True
+            name = rail.get("name")
+            if not isinstance(name, str) or not RAIL_NAME_RE.match(name):
+                self.err(host, f"{where}.name",
+                         "a short lowercase name such as rail0 (letters, digits, '_')", name)
+                sound = False
+            elif name in names:
+                self.err(host, f"{where}.name", "a rail name unique on the node", name)
+                sound = False
+            names.add(name)
+            iface = rail.get("interface")
+            if not isinstance(iface, str) or not IFNAME_RE.match(iface):
+                self.err(host, f"{where}.interface",
+                         "a Linux interface name of 1 to 15 characters", iface)
+                sound = False
+            elif iface in ifaces:
+                self.err(host, f"{where}.interface", "an interface used by one rail only",
+                         iface)
+                sound = False
+            ifaces.add(iface)
+            dev = rail.get("rdma_device", "")
+            if dev not in ("", None) and (not isinstance(dev, str)
+                                          or not RDMA_DEVICE_RE.match(dev)):
+                self.err(host, f"{where}.rdma_device",
+                         "an RDMA device name such as mlx5_0, or empty for none", dev)
+            mtu = rail.get("mtu")
+            if mtu is not None and (not _is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX):
+                self.err(host, f"{where}.mtu", f"an integer from {MTU_MIN} to {MTU_MAX}", mtu)
+                sound = False
+            address = rail.get("address")
+            iface_obj = None
+            try:
+                if not isinstance(address, str) or "/" not in address:
+                    raise ValueError
+                iface_obj = ipaddress.IPv4Interface(address)
+                net = iface_obj.network
+                if net.prefixlen < 31 and iface_obj.ip in (net.network_address,
+                                                           net.broadcast_address):
+                    self.err(host, f"{where}.address", "a host address, not the network "
+                             f"or broadcast address of {net}", address)
+                    sound = False
+                if net.prefixlen == 32:
+                    self.err(host, f"{where}.address",
+                             "a prefix of /31 or shorter, so the peer fits", address)
+                    sound = False
+            except (ValueError, ipaddress.AddressValueError):
+                self.err(host, f"{where}.address",
+                         "an IPv4 address with its prefix, such as 10.10.0.1/30", address)
+                sound = False
+            if sound:
+                good.append({"name": name, "interface": iface, "iface": iface_obj,
+                             "mtu": mtu if mtu is not None else hv.get("twinrail_rail_mtu")})
+        return good
+
+    # -- across nodes -------------------------------------------------------
+
+    def check_rails_across(self, rails_by_host: dict) -> None:
+        counts = {h: len(r) for h, r in rails_by_host.items()}
+        if len(set(counts.values())) > 1:
+            listing = ", ".join(f"{h} has {n}" for h, n in counts.items())
+            self.errors.append(f"inventory: twinrail_rails: expected the same number of "
+                               f"rails on every node, got {listing}")
+            return
+        by_name: dict[str, list[tuple[str, dict]]] = {}
+        for host, rails in rails_by_host.items():
+            for rail in rails:
+                by_name.setdefault(rail["name"], []).append((host, rail))
+        hosts = list(rails_by_host)
+        for name, ends in by_name.items():
+            missing = [h for h in hosts if h not in {e[0] for e in ends}]
+            for host in missing:
+                self.errors.append(
+                    f"{host}: twinrail_rails: expected a rail named '{name}' as on "
+                    f"{ends[0][0]}, got none")
+            first_host, first = ends[0]
+            for host, rail in ends[1:]:
+                if rail["iface"].network != first["iface"].network:
+                    self.errors.append(
+                        f"{host}: twinrail_rails '{name}'.address: expected an address "
+                        f"in {first['iface'].network} (the subnet of {first_host}'s end "
+                        f"of '{name}'), got {rail['iface'].with_prefixlen}")
+                if rail["mtu"] != first["mtu"]:
+                    self.errors.append(
+                        f"{host}: twinrail_rails '{name}'.mtu: expected the MTU of "
+                        f"{first_host}'s end ({first['mtu']}), got {rail['mtu']!r}")
+        # each rail on its own subnet, apart from the management networks
+        nets = {name: ends[0][1]["iface"].network for name, ends in by_name.items()}
+        names = list(nets)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if nets[a].overlaps(nets[b]):
+                    self.errors.append(
+                        f"inventory: twinrail_rails: expected each rail on its own "
+                        f"subnet, got '{a}' ({nets[a]}) overlapping '{b}' ({nets[b]})")
+        for host in self.nodes:
+            try:
+                mgmt = ipaddress.IPv4Interface(self.nodes[host].get("twinrail_mgmt_address"))
+            except (ValueError, TypeError, ipaddress.AddressValueError):
+                continue
+            for name, net in nets.items():
+                if net.overlaps(mgmt.network):
+                    self.errors.append(
+                        f"{host}: twinrail_mgmt_address: expected a management network "
+                        f"apart from the rails, got {mgmt.network} overlapping rail "
+                        f"'{name}' ({net})")
+
+    def check_unique_addresses(self, rails_by_host: dict) -> None:
+        seen: dict[str, str] = {}
+        for host, hv in self.nodes.items():
+            try:
+                ip = str(ipaddress.IPv4Interface(hv.get("twinrail_mgmt_address")).ip)
+            except (ValueError, TypeError, ipaddress.AddressValueError):
+                ip = None
+            entries = [("twinrail_mgmt_address", ip)] if ip else []
+            entries += [(f"twinrail_rails '{r['name']}'.address", str(r["iface"].ip))
+                        for r in rails_by_host.get(host, [])]
+            for variable, addr in entries:
+                here = f"{host} {variable}"
+                if addr in seen:
+                    self.errors.append(
+                        f"{host}: {variable}: expected an address unique in the cluster, "
+                        f"got {addr}, already used by {seen[addr]}")
+                else:
+                    seen[addr] = here
+
+    def check_consistency(self, masters: list[str]) -> None:
+        """Cluster-wide settings must be the same on every node."""
+        if not masters or masters[0] not in self.nodes:
+            return
+        ref_host = masters[0]
+        ref = self.nodes[ref_host]
+        for key in ("twinrail_rail_mtu", "twinrail_lab", "twinrail_model",
+                    "twinrail_memory_soft_watermark_pct",
+                    "twinrail_memory_hard_watermark_pct"):
+            for host, hv in self.nodes.items():
+                if host != ref_host and hv.get(key) != ref.get(key):
+                    self.errors.append(
+                        f"{host}: {key}: expected the same value as on {ref_host} "
+                        f"({ref.get(key)!r}) since it is cluster-wide, got {hv.get(key)!r}")
+
+    def run(self) -> list[str]:
+        masters, workers = self.check_groups()
+        rails_by_host = {}
+        for host in masters + workers:
+            if host not in self.nodes:
+                self.errors.append(f"{host}: inventory: expected its variables, got none "
+                                   f"(is it in group 'cluster'?)")
+                continue
+            rails_by_host[host] = self.check_node(host, self.nodes[host])
+        if rails_by_host and all(rails_by_host.values()):
+            self.check_rails_across(rails_by_host)
+        self.check_unique_addresses(rails_by_host)
+        self.check_consistency(masters)
+        return self.errors
+
+
+def validate(groups: dict, nodes: dict) -> list[str]:
+    """Every defect of the inventory, one sentence each (empty: sound)."""
+    return Validator(groups, nodes).run()

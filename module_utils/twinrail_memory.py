@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+"""The memory plan of a twinrail cluster (seed 004, preflight stage).
+
+    weights  = params x bits/8 x overhead            (overhead 1.2 by default)
+    kv cache = layers x kv_heads x head_dim x 2 (K and V) x kv_bytes
+               x context x parallel sequences
+    per node = (weights + kv cache) / nodes          (the runtime splits the
+                                                      layers over all nodes)
+
+Each node's share must fit under its soft watermark (a percentage of its
+memory). The plan returns its arithmetic as lines, so a failed gate shows
+how the figure was reached. Pure Python: no Ansible import.
+"""
+
+from __future__ import annotations
+
+GIB = 1 << 30
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
+         overhead: float) -> dict:
+    """Return {'nodes': {host: {...}}, 'lines': [...], 'failures': [...]}."""
+    params = float(model["params_b"]) * 1e9
+    bits = float(model["bits_per_param"])
+    weights = params * bits / 8 * overhead
+    kv = (int(model["layers"]) * int(model["kv_heads"]) * int(model["head_dim"]) * 2
+          * float(model["kv_bytes"]) * int(model["context"]) * int(model["parallel"]))
+    total = weights + kv
+    count = len(memory_bytes)
+    share = total / count if count else total
+    lines = [
+        f"model {model['name']}: {params / 1e9:.4g} B params x {bits:.4g} bits / 8 x "
+        f"{overhead:g} overhead = {_gib(weights)} of weights",
+        f"KV cache: {model['layers']} layers x {model['kv_heads']} kv heads x "
+        f"{model['head_dim']} head dim x 2 (K,V) x {model['kv_bytes']} bytes x "
+        f"{model['context']} context x {model['parallel']} sequences = {_gib(kv)}",
+        f"total {_gib(total)} over {count} node(s) = {_gib(share)} per node",
+    ]
+    nodes, failures = {}, []
+    for host, mem in memory_bytes.items():
+        soft = mem * soft_pct / 100
+        hard = mem * hard_pct / 100
+        used_pct = 100 * share / mem if mem else float("inf")
+        ok = share <= soft
+        nodes[host] = {"memory_bytes": mem, "share_bytes": int(share),
+                       "soft_bytes": int(soft), "hard_bytes": int(hard),
+                       "share_pct": round(used_pct, 2), "fits": ok}
+        lines.append(f"{host}: {_gib(share)} of {_gib(mem)} = {used_pct:.1f} % "
+                     f"(soft watermark {soft_pct:g} % = {_gib(soft)}): "
+                     f"{'fits' if ok else 'DOES NOT FIT'}")
+        if not ok:
+            failures.append(
+                f"{host}: memory plan: the model needs {_gib(share)} on this node "
+                f"({used_pct:.1f} % of {_gib(mem)}), required at most the soft "
+                f"watermark {soft_pct:g} % = {_gib(soft)}")
+    return {"file_bytes": int(params * bits / 8), "weights_bytes": int(weights), "kv_bytes": int(kv), "total_bytes": int(total),
+            "share_bytes": int(share), "nodes": nodes, "lines": lines,
+            "failures": failures}

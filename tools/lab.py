@@ -1,0 +1,627 @@
+#!/usr/bin/env python3
+"""twinrail lab: bare boxes and a dual-rail cable, simulated on one Linux host.
+
+Nodes are Docker containers running systemd and sshd, made from a Debian 12
+image that this tool builds with debootstrap and ``docker import`` (no
+registry is pulled). Each rail of the inventory is a cable: with one worker, a
+veth pair with one end in the master's network namespace and the other in the
+worker's (point-to-point, no bridge, no address: the ``rdma`` stage configures
+them); with more workers a direct cable cannot join them all, so each rail gets
+a switch: a network namespace of the lab's own holding a bridge, with one veth
+per node plugged into it.
+
+The lab reads everything from the inventory (``ansible-inventory --list``):
+hosts, groups, management addresses, rails. There is one way to make lab
+nodes: ``make lab`` and the molecule scenarios both call this tool.
+
+Commands: up, down, status, image, cut RAIL, mend RAIL, pause NODE,
+resume NODE, kill NODE PROCESS. ``up`` is idempotent; ``down`` leaves no
+container, veth, namespace or network behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_INVENTORY = REPO / "inventory" / "lab"
+STATE_DIR = REPO / ".cache" / "lab"
+IMAGE_DIR = Path(__file__).resolve().parent / "image"
+IMAGE_REPO = "twinrail-node"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("TWINRAIL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+LABEL = "twinrail.lab"
+OPERATOR = "twinrail"
+# What systemd needs to run as PID 1 without --privileged (refused here),
+# plus what later stages need: memlock for RDMA, interface configuration.
+# SYS_RESOURCE is not in this workplace's bounding set (runc refuses it), so
+# a lab node cannot raise a hard rlimit above the host's.
+CAPABILITIES = ("NET_ADMIN", "SYS_ADMIN", "IPC_LOCK", "SYS_NICE")
+BOOT_TIMEOUT_S = 90
+
+
+class LabError(Exception):
+    """An error the operator can act on; printed without a traceback."""
+
+
+# --------------------------------------------------------------------------
+# running things
+
+
+def run(argv: list[str], *, check: bool = True, capture: bool = True,
+        input_bytes: bytes | None = None) -> subprocess.CompletedProcess:
+    """Run argv (never a shell string) with a C locale."""
+    env = dict(os.environ, LC_ALL="C.UTF-8")
+    proc = subprocess.run(argv, capture_output=capture, input=input_bytes,
+                          env=env, check=False)
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip() if capture else ""
+        raise LabError(f"command failed ({proc.returncode}): {' '.join(argv)}\n{err}")
+    return proc
+
+
+def out(argv: list[str]) -> str:
+    return run(argv).stdout.decode().strip()
+
+
+def log(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------
+# the topology, from the inventory
+
+
+@dataclass
+class Rail:
+    name: str
+    # (node, interface) for every node on the rail, master first
+    ends: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def direct(self) -> bool:
+        """Two ends: a direct cable (veth pair). More: a switch."""
+        return len(self.ends) == 2
+
+
+@dataclass
+class Node:
+    name: str
+    role: str  # master | worker
+    address: str  # management IPv4 address, no prefix
+    publish: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Topology:
+    lab: str
+    mgmt_subnet: str
+    nodes: list[Node]
+    rails: list[Rail]
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise LabError(f"no node '{name}' in the lab inventory; nodes: "
+                       f"{', '.join(n.name for n in self.nodes)}")
+
+    def rail(self, name: str) -> Rail:
+        for rail in self.rails:
+            if rail.name == name:
+                return rail
+        raise LabError(f"no rail '{name}' in the lab inventory; rails: "
+                       f"{', '.join(r.name for r in self.rails)}")
+
+
+def _group_hosts(inv: dict, group: str) -> list[str]:
+    """Hosts of a group and of its children, in inventory order."""
+    found: list[str] = []
+    entry = inv.get(group, {})
+    for host in entry.get("hosts", []):
+        if host not in found:
+            found.append(host)
+    for child in entry.get("children", []):
+        for host in _group_hosts(inv, child):
+            if host not in found:
+                found.append(host)
+    return found
+
+
+def topology_from_inventory(inv: dict) -> Topology:
+    """Build the lab topology from ``ansible-inventory --list`` output.
+
+    Raises LabError naming the variable and host when the inventory cannot
+    describe a lab (the preflight stage validates the rest).
+    """
+    hostvars = inv.get("_meta", {}).get("hostvars", {})
+    masters = _group_hosts(inv, "master")
+    workers = _group_hosts(inv, "workers")
+    if len(masters) != 1:
+        raise LabError(f"group 'master' must have exactly one host, has {masters}")
+    if not workers:
+        raise LabError("group 'workers' must have at least one host")
+    any_vars = hostvars.get(masters[0], {})
+    lab = any_vars.get("twinrail_lab_name")
+    subnet = any_vars.get("twinrail_lab_mgmt_subnet")
+    if not lab or not subnet:
+        raise LabError("twinrail_lab_name and twinrail_lab_mgmt_subnet must be set "
+                       "(inventory/lab/group_vars/all/lab.yml)")
+    nodes: list[Node] = []
+    rails: dict[str, Rail] = {}
+    for name in masters + workers:
+        hv = hostvars.get(name, {})
+        mgmt = hv.get("twinrail_mgmt_address")
+        try:
+            addr = str(ipaddress.ip_interface(mgmt).ip)
+        except ValueError as exc:
+            raise LabError(f"{name}: twinrail_mgmt_address: expected address/prefix "
+                           f"such as 198.18.0.10/24, got {mgmt!r}") from exc
+        nodes.append(Node(name=name, role="master" if name in masters else "worker",
+                          address=addr, publish=list(hv.get("twinrail_lab_publish", []))))
+        for item in hv.get("twinrail_rails") or []:
+            rails.setdefault(item["name"], Rail(item["name"])).ends.append(
+                (name, item["interface"]))
+    return Topology(lab=lab, mgmt_subnet=subnet, nodes=nodes, rails=list(rails.values()))
+
+
+def load_topology(inventory: Path) -> Topology:
+    exe = shutil.which("ansible-inventory") or str(Path(sys.executable).parent / "ansible-inventory")
+    proc = run([exe, "-i", str(inventory), "--list"])
+    return topology_from_inventory(json.loads(proc.stdout))
+
+
+# --------------------------------------------------------------------------
+# names
+
+
+def container_name(topo: Topology, node: str) -> str:
+    return f"{topo.lab}-{node}"
+
+
+def network_name(topo: Topology) -> str:
+    return f"{topo.lab}-mgmt"
+
+
+def switch_netns(topo: Topology, rail: str) -> str:
+    return f"{topo.lab}-sw-{rail}"
+
+
+def switch_port(node: str) -> str:
+    """Interface name of a node's port in a rail switch (15 characters max)."""
+    return ("p-" + node)[:15]
+
+
+# --------------------------------------------------------------------------
+# docker
+
+
+def require_docker() -> None:
+    if not shutil.which("docker"):
+        raise LabError("docker is not installed: `make lab` installs docker.io as root")
+    if run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False).returncode != 0:
+        raise LabError("the Docker engine is not running: start dockerd "
+                       "(`make lab` starts it when run as root)")
+
+
+def image_recipe_hash() -> str:
+    digest = hashlib.sha256()
+    for part in ("packages.txt", "recipe.sh"):
+        digest.update(part.encode() + b"\0" + (IMAGE_DIR / part).read_bytes() + b"\0")
+    digest.update(DEBIAN_SUITE.encode())
+    return digest.hexdigest()[:12]
+
+
+def image_tag() -> str:
+    return f"{IMAGE_REPO}:{image_recipe_hash()}"
+
+
+def image_packages() -> list[str]:
+    lines = (IMAGE_DIR / "packages.txt").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def build_image() -> str:
+    """Build the node image unless an image of the same recipe exists."""
+    tag = image_tag()
+    if run(["docker", "image", "inspect", tag], check=False).returncode == 0:
+        return tag
+    if os.geteuid() != 0:
+        raise LabError("building the lab image needs root (debootstrap, chroot)")
+    if not shutil.which("debootstrap"):
+        raise LabError("debootstrap is not installed: apt-get install debootstrap")
+    log(f"building image {tag} with debootstrap ({DEBIAN_SUITE}, {DEBIAN_MIRROR})")
+    started = time.monotonic()
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        run(["debootstrap", "--variant=minbase",
+             "--include=" + ",".join(image_packages()),
+             DEBIAN_SUITE, str(root), DEBIAN_MIRROR])
+        shutil.copy(IMAGE_DIR / "recipe.sh", root / "tmp" / "recipe.sh")
+        run(["chroot", str(root), "/bin/sh", "/tmp/recipe.sh"])
+        (root / "tmp" / "recipe.sh").unlink()
+        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
+                               stdout=subprocess.PIPE)
+        imp = subprocess.run(
+            ["docker", "import",
+             "--change", 'CMD ["/sbin/init"]',
+             "--change", f"LABEL {LABEL}.recipe={image_recipe_hash()}",
+             "-", tag],
+            stdin=tar.stdout, capture_output=True, check=False)
+        tar.stdout.close()
+        if tar.wait() != 0 or imp.returncode != 0:
+            raise LabError(f"docker import failed: {imp.stderr.decode().strip()}")
+    log(f"image {tag} built in {time.monotonic() - started:.0f} s")
+    return tag
+
+
+def container_state(name: str) -> dict | None:
+    proc = run(["docker", "inspect", name], check=False)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout)[0]
+
+
+def container_pid(topo: Topology, node: str) -> int:
+    state = container_state(container_name(topo, node))
+    if not state or not state["State"]["Running"]:
+        raise LabError(f"node '{node}' is not running: `tools/lab.py up` first")
+    return int(state["State"]["Pid"])
+
+
+def cgroup_v2() -> bool:
+    return out(["stat", "-fc", "%T", "/sys/fs/cgroup"]) == "cgroup2fs"
+
+
+def ensure_network(topo: Topology) -> None:
+    name = network_name(topo)
+    if run(["docker", "network", "inspect", name], check=False).returncode == 0:
+        return
+    log(f"creating management network {name} ({topo.mgmt_subnet})")
+    run(["docker", "network", "create", "--driver", "bridge",
+         "--subnet", topo.mgmt_subnet, "--label", f"{LABEL}={topo.lab}", name])
+
+
+def ssh_key() -> Path:
+    key = STATE_DIR / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "twinrail-lab",
+             "-f", str(key)])
+    auth = STATE_DIR / "ssh" / "authorized_keys"
+    pub = (key.parent / "id_ed25519.pub").read_text()
+    if not auth.exists() or auth.read_text() != pub:
+        auth.write_text(pub)
+        auth.chmod(0o644)
+    return key
+
+
+def run_node(topo: Topology, node: Node, image: str) -> None:
+    name = container_name(topo, node.name)
+    argv = ["docker", "run", "--detach", "--name", name, "--hostname", node.name,
+            "--label", f"{LABEL}={topo.lab}", "--label", f"{LABEL}.node={node.name}",
+            "--network", network_name(topo), "--ip", node.address,
+            "--stop-signal", "SIGRTMIN+3",
+            "--tmpfs", "/run", "--tmpfs", "/run/lock",
+            "--volume", f"{STATE_DIR / 'ssh' / 'authorized_keys'}:"
+                        f"/etc/ssh/authorized_keys/{OPERATOR}:ro"]
+    for cap in CAPABILITIES:
+        argv += ["--cap-add", cap]
+    if cgroup_v2():
+        argv += ["--cgroupns", "private", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+    else:
+        argv += ["--volume", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
+    for spec in node.publish:
+        argv += ["--publish", spec]
+    argv.append(image)
+    run(argv)
+
+
+def ensure_nodes(topo: Topology, image: str) -> None:
+    for node in topo.nodes:
+        name = container_name(topo, node.name)
+        state = container_state(name)
+        if state is not None:
+            ip = state["NetworkSettings"]["Networks"].get(network_name(topo), {}).get(
+                "IPAMConfig") or {}
+            same = (state["Config"]["Image"] == image
+                    and ip.get("IPv4Address") == node.address
+                    and sorted(c.removeprefix("CAP_")
+                               for c in state["HostConfig"].get("CapAdd") or [])
+                    == sorted(CAPABILITIES))
+            if not same:
+                log(f"{node.name}: recreating (image, address or capabilities changed)")
+                run(["docker", "rm", "--force", name])
+                state = None
+            elif state["State"]["Paused"]:
+                run(["docker", "unpause", name])
+            elif not state["State"]["Running"]:
+                log(f"{node.name}: starting stopped container")
+                run(["docker", "start", name])
+        if state is None:
+            log(f"{node.name}: starting container {name} ({node.address})")
+            run_node(topo, node, image)
+    for node in topo.nodes:
+        wait_booted(topo, node)
+
+
+def wait_booted(topo: Topology, node: Node) -> None:
+    name = container_name(topo, node.name)
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    state = ""
+    while time.monotonic() < deadline:
+        state = run(["docker", "exec", name, "systemctl", "is-system-running"],
+                    check=False).stdout.decode().strip()
+        ssh = run(["docker", "exec", name, "systemctl", "is-active", "ssh"],
+                  check=False).stdout.decode().strip()
+        if state in ("running", "degraded") and ssh == "active":
+            if state == "degraded":
+                failed = out(["docker", "exec", name, "systemctl", "--failed",
+                              "--no-legend", "--plain"])
+                log(f"{node.name}: systemd degraded: {failed}")
+            return
+        time.sleep(1)
+    raise LabError(f"{node.name}: systemd did not reach 'running' with sshd active within "
+                   f"{BOOT_TIMEOUT_S} s (last state: {state or 'unknown'}); "
+                   f"see `docker exec {name} journalctl -b`")
+
+
+def write_known_hosts(topo: Topology) -> None:
+    lines = []
+    for node in topo.nodes:
+        key = out(["docker", "exec", container_name(topo, node.name), "cat",
+                   "/etc/ssh/ssh_host_ed25519_key.pub"]).split()
+        lines.append(f"{node.address} {key[0]} {key[1]}\n")
+    path = STATE_DIR / "known_hosts"
+    text = "".join(lines)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+# --------------------------------------------------------------------------
+# cables
+
+
+def ns_argv(pid: int | None, netns: str | None = None) -> list[str]:
+    """Prefix that runs a command in a container's or a named namespace."""
+    if netns:
+        return ["ip", "netns", "exec", netns]
+    return ["nsenter", "--target", str(pid), "--net"]
+
+
+def link_info(prefix: list[str], ifname: str) -> dict | None:
+    proc = run(prefix + ["ip", "-j", "-d", "link", "show", "dev", ifname], check=False)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout)[0]
+
+
+def is_veth_pair(a: dict | None, b: dict | None) -> bool:
+    """True when a and b are the two ends of one veth, in different namespaces."""
+    if not a or not b:
+        return False
+    kinds = {x.get("linkinfo", {}).get("info_kind") for x in (a, b)}
+    return (kinds == {"veth"} and a.get("link_index") == b["ifindex"]
+            and b.get("link_index") == a["ifindex"]
+            and "link_netnsid" in a and "link_netnsid" in b)
+
+
+def ensure_direct_rail(topo: Topology, rail: Rail) -> None:
+    (node_a, if_a), (node_b, if_b) = rail.ends
+    pid_a, pid_b = container_pid(topo, node_a), container_pid(topo, node_b)
+    a, b = link_info(ns_argv(pid_a), if_a), link_info(ns_argv(pid_b), if_b)
+    if is_veth_pair(a, b):
+        return
+    for pid, ifname, info in ((pid_a, if_a, a), (pid_b, if_b, b)):
+        if info is not None:
+            run(ns_argv(pid) + ["ip", "link", "delete", "dev", ifname])
+    log(f"{rail.name}: cable {node_a}:{if_a} <-> {node_b}:{if_b}")
+    run(["ip", "link", "add", if_a, "netns", str(pid_a), "type", "veth",
+         "peer", "name", if_b, "netns", str(pid_b)])
+    for pid, ifname in ((pid_a, if_a), (pid_b, if_b)):
+        run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
+
+
+def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
+    ns = switch_netns(topo, rail.name)
+    if ns not in out(["ip", "netns", "list"]).split():
+        log(f"{rail.name}: switch namespace {ns}")
+        run(["ip", "netns", "add", ns])
+    sw = ns_argv(None, ns)
+    if link_info(sw, "br0") is None:
+        run(sw + ["ip", "link", "add", "br0", "type", "bridge"])
+    run(sw + ["ip", "link", "set", "dev", "br0", "up"])
+    for node, ifname in rail.ends:
+        pid = container_pid(topo, node)
+        port = switch_port(node)
+        mine, theirs = link_info(ns_argv(pid), ifname), link_info(sw, port)
+        if is_veth_pair(mine, theirs) and theirs.get("master") == "br0":
+            continue
+        if mine is not None:
+            run(ns_argv(pid) + ["ip", "link", "delete", "dev", ifname])
+        if theirs is not None:
+            run(sw + ["ip", "link", "delete", "dev", port])
+        log(f"{rail.name}: cable {node}:{ifname} <-> switch port {port}")
+        run(["ip", "link", "add", ifname, "netns", str(pid), "type", "veth",
+             "peer", "name", port, "netns", ns])
+        run(sw + ["ip", "link", "set", "dev", port, "master", "br0", "up"])
+        run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
+
+
+def ensure_rails(topo: Topology) -> None:
+    for rail in topo.rails:
+        if rail.direct:
+            ensure_direct_rail(topo, rail)
+        else:
+            ensure_switched_rail(topo, rail)
+
+
+def set_rail(topo: Topology, rail_name: str, node: str | None, up: bool) -> None:
+    rail = topo.rail(rail_name)
+    ends = [e for e in rail.ends if node is None or e[0] == node]
+    if node is None:
+        ends = ends[:1]  # the master's end: pulling the plug on one side
+    if not ends:
+        raise LabError(f"node '{node}' is not on rail '{rail_name}'")
+    for end_node, ifname in ends:
+        run(ns_argv(container_pid(topo, end_node)) +
+            ["ip", "link", "set", "dev", ifname, "up" if up else "down"])
+        log(f"{rail_name}: {end_node}:{ifname} link {'up' if up else 'down'}")
+
+
+# --------------------------------------------------------------------------
+# commands
+
+
+def cmd_up(topo: Topology) -> None:
+    require_docker()
+    image = build_image()
+    ssh_key()
+    ensure_network(topo)
+    ensure_nodes(topo, image)
+    ensure_rails(topo)
+    write_known_hosts(topo)
+    cmd_status(topo)
+
+
+def cmd_down(topo: Topology | None, everything: bool) -> None:
+    require_docker()
+    filt = f"label={LABEL}" if everything or topo is None else f"label={LABEL}={topo.lab}"
+    ids = out(["docker", "ps", "--all", "--quiet", "--filter", filt]).split()
+    if ids:
+        log(f"removing {len(ids)} container(s)")
+        run(["docker", "rm", "--force", "--volumes"] + ids)
+    nets = out(["docker", "network", "ls", "--quiet", "--filter", filt]).split()
+    if nets:
+        run(["docker", "network", "rm"] + nets)
+    prefix = "" if everything or topo is None else f"{topo.lab}-sw-"
+    for line in out(["ip", "netns", "list"]).splitlines():
+        ns = line.split()[0] if line.split() else ""
+        if ns and (ns.startswith(prefix) if prefix else "-sw-" in ns and ns.startswith("twinrail")):
+            run(["ip", "netns", "delete", ns])
+    known = STATE_DIR / "known_hosts"
+    if known.exists():
+        known.unlink()
+    log("down: no lab container, network or rail namespace left")
+
+
+def cmd_status(topo: Topology, as_json: bool = False) -> int:
+    report: dict = {"lab": topo.lab, "nodes": [], "rails": []}
+    healthy = True
+    for node in topo.nodes:
+        state = container_state(container_name(topo, node.name))
+        if state is None:
+            entry = {"node": node.name, "state": "absent"}
+        else:
+            st = state["State"]
+            status = "paused" if st["Paused"] else st["Status"]
+            entry = {"node": node.name, "role": node.role, "state": status,
+                     "address": node.address, "image": state["Config"]["Image"]}
+            if status == "running":
+                entry["systemd"] = run(
+                    ["docker", "exec", container_name(topo, node.name), "systemctl",
+                     "is-system-running"], check=False).stdout.decode().strip()
+        healthy &= entry["state"] == "running"
+        report["nodes"].append(entry)
+    for rail in topo.rails:
+        ends = []
+        for node, ifname in rail.ends:
+            try:
+                info = link_info(ns_argv(container_pid(topo, node)), ifname)
+            except LabError:
+                info = None
+            ends.append({"node": node, "interface": ifname,
+                         "state": info["operstate"] if info else "absent"})
+            healthy &= info is not None
+        report["rails"].append({"rail": rail.name,
+                                "kind": "direct cable" if rail.direct else "switch",
+                                "ends": ends})
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        for n in report["nodes"]:
+            extra = f" {n.get('address', '')} systemd={n.get('systemd', '-')}" \
+                if n["state"] != "absent" else ""
+            print(f"node {n['node']:<10} {n['state']:<8}{extra}")
+        for r in report["rails"]:
+            ends = "  <->  ".join(f"{e['node']}:{e['interface']} ({e['state']})"
+                                  for e in r["ends"])
+            print(f"rail {r['rail']:<10} {r['kind']}: {ends}")
+    return 0 if healthy else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
+                        help="the lab inventory (default: inventory/lab)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="build the image if needed, start nodes, lay cables")
+    down = sub.add_parser("down", help="remove nodes, cables and the network")
+    down.add_argument("--all", action="store_true",
+                      help="remove every twinrail lab on this host, whatever its inventory")
+    st = sub.add_parser("status", help="show nodes and rails; exit 1 if anything is missing")
+    st.add_argument("--json", action="store_true")
+    sub.add_parser("image", help="build the node image only")
+    for verb, text in (("cut", "set a rail's link down"), ("mend", "set it up again")):
+        p = sub.add_parser(verb, help=text)
+        p.add_argument("rail")
+        p.add_argument("--node", help="which end (default: the master's)")
+    for verb in ("pause", "resume"):
+        sub.add_parser(verb, help=f"{verb} a node's container").add_argument("node")
+    kill = sub.add_parser("kill", help="SIGKILL a process (by name) on a node")
+    kill.add_argument("node")
+    kill.add_argument("process")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "image":
+            require_docker()
+            print(build_image())
+            return 0
+        if args.command == "down" and args.all:
+            cmd_down(None, everything=True)
+            return 0
+        topo = load_topology(args.inventory)
+        if args.command == "up":
+            cmd_up(topo)
+        elif args.command == "down":
+            cmd_down(topo, everything=False)
+        elif args.command == "status":
+            require_docker()
+            return cmd_status(topo, as_json=args.json)
+        elif args.command in ("cut", "mend"):
+            set_rail(topo, args.rail, args.node, up=args.command == "mend")
+        elif args.command in ("pause", "resume"):
+            topo.node(args.node)
+            run(["docker", "pause" if args.command == "pause" else "unpause",
+                 container_name(topo, args.node)])
+            log(f"{args.node}: {args.command}d")
+        elif args.command == "kill":
+            topo.node(args.node)
+            proc = run(["docker", "exec", container_name(topo, args.node), "pkill",
+                        "--signal", "KILL", "--exact", args.process], check=False)
+            if proc.returncode == 1:
+                raise LabError(f"{args.node}: no process named '{args.process}'")
+            if proc.returncode != 0:
+                raise LabError(f"{args.node}: pkill failed: {proc.stderr.decode().strip()}")
+            log(f"{args.node}: killed {args.process}")
+        return 0
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
