@@ -61,7 +61,7 @@ filesystems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.twinrail_disk import check
+from ansible.module_utils.disk_space import check
 
 
 def main() -> None:

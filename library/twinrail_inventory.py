@@ -59,7 +59,7 @@ nodes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.twinrail_inventory import validate
+from ansible.module_utils.inventory_rules import validate
 
 
 def main() -> None:

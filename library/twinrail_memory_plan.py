@@ -80,8 +80,8 @@ plan:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.twinrail_gguf import GGUFError, model_figures
-from ansible.module_utils.twinrail_memory import plan
+from ansible.module_utils.gguf_figures import GGUFError, model_figures
+from ansible.module_utils.memory_plan import plan
 
 FROM_GGUF = ("params_b", "bits_per_param", "layers", "kv_heads", "head_dim")
 
@@ -123,7 +123,7 @@ def main() -> None:
     lines = [f"model figures from {source}"] + result.pop("lines")
     failures = result.pop("failures")
     if failures:
-        module.fail_json(msg="preflight: memory plan: " + "; ".join(failures),
+        module.fail_json(msg="preflight: " + "; ".join(failures),
                          lines=lines, failures=failures, plan=result, source=source)
     module.exit_json(changed=False, lines=lines, plan=result, source=source, model=model)
 

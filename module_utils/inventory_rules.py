@@ -30,6 +30,10 @@ BOOLEANS = ("twinrail_lab", "twinrail_tcp_fallback_allowed")
 ABS_PATHS = ("twinrail_weights_root", "twinrail_runtime_root")
 MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
 MODEL_NUMBERS = ("params_b", "bits_per_param", "kv_bytes")
+CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
+    "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
+    "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
+    "twinrail_model")
 
 
 def _is_int(value) -> bool:
@@ -53,6 +57,7 @@ class Validator:
         self.groups = groups or {}
         self.nodes = nodes or {}
         self.errors: list[str] = []
+        self.cluster_mtu = None
 
     def err(self, where: str, variable: str, expected: str, got) -> None:
         self.errors.append(f"{where}: {variable}: expected {expected}, got {_show(got)}")
@@ -153,7 +158,6 @@ class Validator:
         except (ValueError, TypeError, ipaddress.AddressValueError):
             self.err(host, "twinrail_mgmt_address",
                      "an IPv4 address with its prefix, such as 10.0.0.11/24", mgmt)
-        self.check_cluster_vars(host, hv)
         rails = hv.get("twinrail_rails")
         if not isinstance(rails, list) or not rails:
             self.err(host, "twinrail_rails", "a non-empty list of rails "
@@ -217,7 +221,8 @@ class Validator:
                 sound = False
             if sound:
                 good.append({"name": name, "interface": iface, "iface": iface_obj,
-                             "mtu": mtu if mtu is not None else hv.get("twinrail_rail_mtu")})
+                             # without its own MTU a rail has the cluster's
+                             "mtu": mtu if mtu is not None else self.cluster_mtu})
         return good
 
     # -- across nodes -------------------------------------------------------
@@ -234,12 +239,16 @@ class Validator:
             for rail in rails:
                 by_name.setdefault(rail["name"], []).append((host, rail))
         hosts = list(rails_by_host)
+        missing = False
         for name, ends in by_name.items():
-            missing = [h for h in hosts if h not in {e[0] for e in ends}]
-            for host in missing:
+            for host in [h for h in hosts if h not in {e[0] for e in ends}]:
+                missing = True
                 self.errors.append(
                     f"{host}: twinrail_rails: expected a rail named '{name}' as on "
                     f"{ends[0][0]}, got none")
+        if missing:
+            return
+        for name, ends in by_name.items():
             first_host, first = ends[0]
             for host, rail in ends[1:]:
                 if rail["iface"].network != first["iface"].network:
@@ -260,13 +269,15 @@ class Validator:
                     self.errors.append(
                         f"inventory: twinrail_rails: expected each rail on its own "
                         f"subnet, got '{a}' ({nets[a]}) overlapping '{b}' ({nets[b]})")
-        for host in self.nodes:
+        reported = set()
+        for host in rails_by_host:
             try:
                 mgmt = ipaddress.IPv4Interface(self.nodes[host].get("twinrail_mgmt_address"))
             except (ValueError, TypeError, ipaddress.AddressValueError):
                 continue
             for name, net in nets.items():
-                if net.overlaps(mgmt.network):
+                if net.overlaps(mgmt.network) and (name, mgmt.network) not in reported:
+                    reported.add((name, mgmt.network))
                     self.errors.append(
                         f"{host}: twinrail_mgmt_address: expected a management network "
                         f"apart from the rails, got {mgmt.network} overlapping rail "
@@ -291,34 +302,41 @@ class Validator:
                 else:
                     seen[addr] = here
 
-    def check_consistency(self, masters: list[str]) -> None:
+    def check_consistency(self, ref_host: str, others: list[str]) -> None:
         """Cluster-wide settings must be the same on every node."""
-        if not masters or masters[0] not in self.nodes:
-            return
-        ref_host = masters[0]
         ref = self.nodes[ref_host]
-        for key in ("twinrail_rail_mtu", "twinrail_lab", "twinrail_model",
-                    "twinrail_memory_soft_watermark_pct",
-                    "twinrail_memory_hard_watermark_pct"):
-            for host, hv in self.nodes.items():
-                if host != ref_host and hv.get(key) != ref.get(key):
+        for key in CLUSTER_WIDE:
+            for host in others:
+                value = self.nodes[host].get(key)
+                if value != ref.get(key):
                     self.errors.append(
                         f"{host}: {key}: expected the same value as on {ref_host} "
-                        f"({ref.get(key)!r}) since it is cluster-wide, got {hv.get(key)!r}")
+                        f"({ref.get(key)!r}) since it is cluster-wide, got {value!r}")
 
     def run(self) -> list[str]:
         masters, workers = self.check_groups()
-        rails_by_host = {}
+        hosts = [h for h in masters + workers if h in self.nodes]
         for host in masters + workers:
             if host not in self.nodes:
                 self.errors.append(f"{host}: inventory: expected its variables, got none "
                                    f"(is it in group 'cluster'?)")
-                continue
+        # cluster-wide settings: checked once, on the master (or the first
+        # node), then required to be the same everywhere
+        if hosts:
+            self.cluster_mtu = self.nodes[hosts[0]].get("twinrail_rail_mtu")
+            self.check_cluster_vars(hosts[0], self.nodes[hosts[0]])
+            self.check_consistency(hosts[0], hosts[1:])
+        rails_by_host = {}
+        sound = True
+        for host in hosts:
+            before = len(self.errors)
             rails_by_host[host] = self.check_node(host, self.nodes[host])
-        if rails_by_host and all(rails_by_host.values()):
+            sound &= len(self.errors) == before
+        # comparing rails across nodes only makes sense once each node's own
+        # rails are sound; otherwise one typo would be reported three times
+        if sound and rails_by_host:
             self.check_rails_across(rails_by_host)
-        self.check_unique_addresses(rails_by_host)
-        self.check_consistency(masters)
+            self.check_unique_addresses(rails_by_host)
         return self.errors
 
 

@@ -1,0 +1,62 @@
+"""Shared helpers for twinrail's unit tests.
+
+module_utils/ and library/ are imported as plain modules (as Ansible's
+module loader would import them), and inventories are read with Ansible's
+own InventoryManager, so the tests see variables exactly as a play does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO.parent / "shared" / "fixtures"
+for sub in ("tools", "library", "module_utils"):
+    path = str(REPO / sub)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+# Modules import their helpers as ansible.module_utils.<name>, as Ansible
+# ships them; alias the plain modules under that name for the tests.
+import ansible.module_utils  # noqa: E402  pylint: disable=wrong-import-position
+
+for _file in sorted((REPO / "module_utils").glob("*.py")):
+    _name = _file.stem
+    sys.modules.setdefault(f"ansible.module_utils.{_name}", __import__(_name))
+
+
+_LOADER_READY: list = []
+
+
+def load_inventory(path: Path) -> tuple[dict, dict]:
+    """(groups, nodes) as the preflight play hands them to twinrail_inventory."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.vars.manager import VariableManager
+
+    if not _LOADER_READY:
+        init_plugin_loader()
+        _LOADER_READY.append(True)
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    groups = {name: [h.name for h in group.get_hosts()]
+              for name, group in inventory.groups.items()}
+    from ansible.template import Templar
+
+    nodes = {}
+    for host in groups.get("cluster", []):
+        hv = variables.get_vars(host=inventory.get_host(host))
+        templar = Templar(loader=loader, variables=hv)
+        nodes[host] = {k: templar.template(v) for k, v in hv.items()
+                       if k.startswith("twinrail_")}
+    return groups, nodes
+
+
+@pytest.fixture(name="repo")
+def fixture_repo() -> Path:
+    return REPO

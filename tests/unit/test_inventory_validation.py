@@ -1,0 +1,266 @@
+"""The preflight inventory validation, against a good inventory and bad ones.
+
+The good inventory is inventory/example (the documented template), read with
+Ansible's InventoryManager. Each bad case changes one thing in it and must
+be refused with the expected sentence, and with nothing else: a case whose
+defect also trips an unrelated check would hide which check caught it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from conftest import REPO, load_inventory
+
+from inventory_rules import validate
+
+EXAMPLE = REPO / "inventory" / "example"
+LAB = REPO / "inventory" / "lab"
+
+
+def example() -> tuple[dict, dict]:
+    groups, nodes = load_inventory(EXAMPLE)
+    # what the module receives has been through JSON
+    return json.loads(json.dumps(groups)), json.loads(json.dumps(nodes))
+
+
+def grow(groups: dict, nodes: dict, count: int, masters: int = 1) -> None:
+    """Make a cluster of `count` nodes on /24 rails, `masters` of them in master."""
+    template = nodes["spark-b"]
+    for name in list(nodes):
+        del nodes[name]
+    names = [f"node{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        hv = copy.deepcopy(template)
+        hv["twinrail_mgmt_address"] = f"10.20.0.{10 + i}/24"
+        for r, rail in enumerate(hv["twinrail_rails"]):
+            rail["address"] = f"10.100.{r}.{1 + i}/24"
+        nodes[name] = hv
+    groups["master"] = names[:masters]
+    groups["workers"] = names[masters:]
+    groups["cluster"] = names
+
+
+def rail(nodes: dict, host: str, index: int) -> dict:
+    return nodes[host]["twinrail_rails"][index]
+
+
+def setvar(key, value, hosts=("spark-a", "spark-b")):
+    def patch(groups, nodes):
+        for host in hosts:
+            nodes[host][key] = value
+    return patch
+
+
+def setmodel(key, value):
+    def patch(groups, nodes):
+        for host in nodes:
+            nodes[host]["twinrail_model"][key] = value
+    return patch
+
+
+def delvar(key, hosts=("spark-a", "spark-b")):
+    def patch(groups, nodes):
+        for host in hosts:
+            del nodes[host][key]
+    return patch
+
+
+def setrail(host, index, key, value):
+    def patch(groups, nodes):
+        rail(nodes, host, index)[key] = value
+    return patch
+
+
+def no_master(groups, nodes):
+    groups["master"] = []
+    groups["workers"] = ["spark-a", "spark-b"]
+
+
+def two_masters(groups, nodes):
+    grow(groups, nodes, 3, masters=2)
+
+
+def no_workers(groups, nodes):
+    groups["workers"] = []
+    groups["cluster"] = ["spark-a"]
+    del nodes["spark-b"]
+
+
+def eight_workers(groups, nodes):
+    grow(groups, nodes, 9)
+
+
+def in_both(groups, nodes):
+    grow(groups, nodes, 3)
+    groups["workers"].append("node0")
+
+
+def fewer_rails(groups, nodes):
+    nodes["spark-b"]["twinrail_rails"].pop()
+
+
+def renamed_rail(groups, nodes):
+    rail(nodes, "spark-b", 1)["name"] = "rail2"
+
+
+def shared_subnet(groups, nodes):
+    rail(nodes, "spark-a", 1)["address"] = "10.100.0.5/29"
+    rail(nodes, "spark-b", 1)["address"] = "10.100.0.6/29"
+
+
+def rail_on_mgmt(groups, nodes):
+    rail(nodes, "spark-a", 1)["address"] = "10.20.0.101/24"
+    rail(nodes, "spark-b", 1)["address"] = "10.20.0.102/24"
+
+
+def duplicate_interface(groups, nodes):
+    rail(nodes, "spark-a", 1)["interface"] = rail(nodes, "spark-a", 0)["interface"]
+
+
+def mgmt_equals_other(groups, nodes):
+    nodes["spark-b"]["twinrail_mgmt_address"] = "10.20.0.11/24"
+
+
+# (id, patch, expected sentence fragment, number of sentences)
+BAD = [
+    ("no-master", no_master,
+     "inventory: group 'master': expected exactly one host, got 0", 1),
+    ("two-masters", two_masters,
+     "inventory: group 'master': expected exactly one host, got 2 (node0, node1)", 1),
+    ("no-workers", no_workers,
+     "inventory: group 'workers': expected 1 to 7 hosts, got 0", 1),
+    ("eight-workers", eight_workers,
+     "inventory: group 'workers': expected 1 to 7 hosts, got 8", 1),
+    ("master-also-worker", in_both,
+     "node0: inventory: expected a host in either 'master' or 'workers', got it in both", 1),
+    ("mgmt-missing", delvar("twinrail_mgmt_address", ["spark-b"]),
+     "spark-b: twinrail_mgmt_address: expected an IPv4 address with its prefix, such as "
+     "10.0.0.11/24, got nothing (undefined)", 1),
+    ("mgmt-no-prefix", setvar("twinrail_mgmt_address", "10.20.0.12", ["spark-b"]),
+     "spark-b: twinrail_mgmt_address: expected an IPv4 address with its prefix", 1),
+    ("mgmt-duplicate", mgmt_equals_other,
+     "spark-b: twinrail_mgmt_address: expected an address unique in the cluster, got "
+     "10.20.0.11, already used by spark-a twinrail_mgmt_address", 1),
+    ("rails-missing", delvar("twinrail_rails", ["spark-b"]),
+     "spark-b: twinrail_rails: expected a non-empty list of rails", 1),
+    ("rails-not-a-list", setvar("twinrail_rails", "enp1s0f0np0", ["spark-a"]),
+     "spark-a: twinrail_rails: expected a non-empty list of rails", 1),
+    ("rail-address-invalid", setrail("spark-b", 0, "address", "10.100.0.300/30"),
+     "spark-b: twinrail_rails[0].address: expected an IPv4 address with its prefix, such "
+     "as 10.10.0.1/30, got '10.100.0.300/30' (str)", 1),
+    ("rail-address-no-prefix", setrail("spark-a", 1, "address", "10.100.1.1"),
+     "spark-a: twinrail_rails[1].address: expected an IPv4 address with its prefix", 1),
+    ("rail-address-network", setrail("spark-b", 0, "address", "10.100.0.0/30"),
+     "spark-b: twinrail_rails[0].address: expected a host address, not the network or "
+     "broadcast address of 10.100.0.0/30", 1),
+    ("rail-address-host-prefix", setrail("spark-b", 0, "address", "10.100.0.2/32"),
+     "spark-b: twinrail_rails[0].address: expected a prefix of /31 or shorter", 1),
+    ("rail-count-differs", fewer_rails,
+     "inventory: twinrail_rails: expected the same number of rails on every node, got "
+     "spark-a has 2, spark-b has 1", 1),
+    ("rail-name-differs", renamed_rail,
+     "spark-b: twinrail_rails: expected a rail named 'rail1' as on spark-a, got none", 2),
+    ("rail-name-invalid", setrail("spark-a", 0, "name", "Rail 0"),
+     "spark-a: twinrail_rails[0].name: expected a short lowercase name", 1),
+    ("rail-ends-apart", setrail("spark-b", 0, "address", "10.100.5.2/30"),
+     "spark-b: twinrail_rails 'rail0'.address: expected an address in 10.100.0.0/30 (the "
+     "subnet of spark-a's end of 'rail0'), got 10.100.5.2/30", 1),
+    ("rails-share-subnet", shared_subnet,
+     "inventory: twinrail_rails: expected each rail on its own subnet, got 'rail0' "
+     "(10.100.0.0/30) overlapping 'rail1' (10.100.0.0/29)", 1),
+    ("rail-on-mgmt", rail_on_mgmt,
+     "spark-a: twinrail_mgmt_address: expected a management network apart from the "
+     "rails, got 10.20.0.0/24 overlapping rail 'rail1' (10.20.0.0/24)", 1),
+    ("rail-address-duplicate", setrail("spark-b", 0, "address", "10.100.0.1/30"),
+     "spark-b: twinrail_rails 'rail0'.address: expected an address unique in the "
+     "cluster, got 10.100.0.1, already used by spark-a twinrail_rails 'rail0'.address", 1),
+    ("interface-too-long", setrail("spark-a", 0, "interface", "enp1s0f0np0-uplink"),
+     "spark-a: twinrail_rails[0].interface: expected a Linux interface name of 1 to 15 "
+     "characters, got 'enp1s0f0np0-uplink' (str)", 1),
+    ("interface-duplicate", duplicate_interface,
+     "spark-a: twinrail_rails[1].interface: expected an interface used by one rail only", 1),
+    ("rdma-device-invalid", setrail("spark-b", 1, "rdma_device", "mlx5 1"),
+     "spark-b: twinrail_rails[1].rdma_device: expected an RDMA device name such as "
+     "mlx5_0, or empty for none, got 'mlx5 1' (str)", 1),
+    ("mtu-out-of-range", setvar("twinrail_rail_mtu", 9600),
+     "spark-a: twinrail_rail_mtu: expected an integer from 1280 to 9216, got 9600 (int)", 1),
+    ("mtu-a-string", setvar("twinrail_rail_mtu", "9000"),
+     "spark-a: twinrail_rail_mtu: expected an integer from 1280 to 9216, got '9000' (str)", 1),
+    ("rail-mtu-ends-differ", setrail("spark-a", 0, "mtu", 4200),
+     "spark-b: twinrail_rails 'rail0'.mtu: expected the MTU of spark-a's end (4200), "
+     "got 9000", 1),
+    ("cluster-var-differs", setvar("twinrail_rail_mtu", 1500, ["spark-b"]),
+     "spark-b: twinrail_rail_mtu: expected the same value as on spark-a (9000) since it "
+     "is cluster-wide, got 1500", 1),
+    ("link-rate-zero", setvar("twinrail_rail_link_rate_gbps", 0),
+     "spark-a: twinrail_rail_link_rate_gbps: expected a positive number of Gb/s", 1),
+    ("ratio-above-one", setvar("twinrail_bandwidth_min_ratio", 1.5),
+     "spark-a: twinrail_bandwidth_min_ratio: expected a number above 0 and at most 1", 1),
+    ("watermarks-unordered", setvar("twinrail_memory_soft_watermark_pct", 95),
+     "spark-a: twinrail_memory_soft_watermark_pct / twinrail_memory_hard_watermark_pct: "
+     "expected soft < hard < 100, got soft 95 and hard 92", 1),
+    ("watermark-100", setvar("twinrail_memory_hard_watermark_pct", 100),
+     "spark-a: twinrail_memory_hard_watermark_pct: expected a percentage above 0 and "
+     "below 100, got 100 (int)", 1),
+    ("boolean-as-string", setvar("twinrail_lab", "yes"),
+     "spark-a: twinrail_lab: expected a boolean (true or false), got 'yes' (str)", 1),
+    ("boolean-missing", delvar("twinrail_tcp_fallback_allowed"),
+     "spark-a: twinrail_tcp_fallback_allowed: expected a boolean (true or false), got "
+     "nothing (undefined)", 1),
+    ("path-relative", setvar("twinrail_weights_root", "srv/models"),
+     "spark-a: twinrail_weights_root: expected an absolute path, got 'srv/models' (str)", 1),
+    ("model-missing", delvar("twinrail_model"),
+     "spark-a: twinrail_model: expected a mapping", 1),
+    ("model-layers-missing", setmodel("layers", None),
+     "spark-a: twinrail_model.layers: expected a positive integer, got nothing", 1),
+    ("model-params-string", setmodel("params_b", "552B"),
+     "spark-a: twinrail_model.params_b: expected a positive number, got '552B' (str)", 1),
+    ("model-bits-too-many", setmodel("bits_per_param", 64),
+     "spark-a: twinrail_model.bits_per_param: expected at most 32 bits, got 64 (int)", 1),
+    ("model-gguf-relative", setmodel("gguf", "models/x.gguf"),
+     "spark-a: twinrail_model.gguf: expected an absolute path on the controller", 1),
+]
+
+
+def test_example_inventory_is_sound():
+    groups, nodes = example()
+    assert groups["master"] == ["spark-a"]
+    assert set(nodes) == {"spark-a", "spark-b"}
+    assert validate(groups, nodes) == []
+
+
+def test_lab_inventory_is_sound():
+    groups, nodes = load_inventory(LAB)
+    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes))) == []
+
+
+def test_there_are_at_least_twenty_bad_inventories():
+    assert len({case[0] for case in BAD}) == len(BAD) >= 20
+
+
+@pytest.mark.parametrize(("patch", "expected", "count"),
+                         [pytest.param(p, e, c, id=i) for i, p, e, c in BAD])
+def test_bad_inventory_is_refused(patch, expected, count):
+    groups, nodes = example()
+    patch(groups, nodes)
+    errors = validate(groups, nodes)
+    assert any(expected in error for error in errors), errors
+    assert len(errors) == count, errors
+
+
+def test_every_defect_is_reported_at_once():
+    """Two independent defects give two sentences: the operator fixes both in one go."""
+    groups, nodes = example()
+    setvar("twinrail_lab", "no")(groups, nodes)
+    setrail("spark-b", 0, "address", "10.100.0.300/30")(groups, nodes)
+    errors = validate(groups, nodes)
+    assert len(errors) == 2, errors
+
+
+def test_seven_workers_are_accepted():
+    groups, nodes = example()
+    grow(groups, nodes, 8)
+    assert validate(groups, nodes) == []

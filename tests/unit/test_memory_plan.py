@@ -1,0 +1,120 @@
+"""The memory plan (seed 004) and its module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+import twinrail_memory_plan
+from gguf_figures import GGUFError, model_figures
+from memory_plan import GIB, plan
+
+REPO = Path(__file__).resolve().parents[2]
+SMOLLM2 = (REPO / ".cache" / "bundle" / "models" / "smollm2-135m-instruct"
+           / "SmolLM2-135M-Instruct.Q4_1.gguf")
+NO_KV = {"layers": 1, "kv_heads": 1, "head_dim": 1, "context": 1, "kv_bytes": 0,
+         "parallel": 1}
+
+
+def model(**figures):
+    base = {"name": "m", **NO_KV}
+    base.update(figures)
+    return base
+
+
+def test_seed_004_figures():
+    """671B at 8 bits is 671 GB of weights, 805 GB with the 1.2 factor; 4 bits halves it."""
+    eight = plan(model(params_b=671, bits_per_param=8), {"a": 1 << 40}, 85, 92, 1.2)
+    four = plan(model(params_b=671, bits_per_param=4), {"a": 1 << 40}, 85, 92, 1.2)
+    assert eight["file_bytes"] == 671_000_000_000
+    assert eight["weights_bytes"] == 805_200_000_000
+    assert four["weights_bytes"] == 402_600_000_000
+
+
+def test_kv_cache_arithmetic():
+    """layers x kv heads x head dim x 2 x bytes x context x parallel."""
+    result = plan(model(params_b=0, bits_per_param=4, layers=30, kv_heads=3, head_dim=64,
+                        kv_bytes=2, context=8192, parallel=4), {"a": 8 * GIB}, 85, 92, 1.2)
+    assert result["kv_bytes"] == 30 * 3 * 64 * 2 * 2 * 8192 * 4 == 754_974_720
+
+
+def test_share_is_split_over_nodes_and_gated_by_soft_watermark():
+    """Seed 000's 552B at 2.9 bits on 2 x 128 GiB: 87 % per node with 1.2, over 85 %."""
+    mem = {"spark-a": 128 * GIB, "spark-b": 128 * GIB}
+    result = plan(model(params_b=552, bits_per_param=2.9), mem, 85, 92, 1.2)
+    assert result["share_bytes"] == int(552e9 * 2.9 / 8 * 1.2 / 2)
+    assert result["nodes"]["spark-a"]["share_pct"] == pytest.approx(87.355, abs=0.01)
+    assert not result["nodes"]["spark-a"]["fits"]
+    assert len(result["failures"]) == 2
+    assert result["failures"][0].startswith(
+        "spark-a: memory plan: the model needs 111.81 GiB on this node (87.4 % of 128.00 "
+        "GiB), required at most the soft watermark 85 % = 108.80 GiB")
+    relaxed = plan(model(params_b=552, bits_per_param=2.9), mem, 85, 92, 1.05)
+    assert relaxed["failures"] == []
+    assert any("fits" in line for line in relaxed["lines"])
+
+
+def test_plan_prints_its_arithmetic():
+    result = plan(model(params_b=552, bits_per_param=2.9), {"a": 128 * GIB}, 85, 92, 1.2)
+    assert result["lines"][0] == ("model m: 552 B params x 2.9 bits / 8 x 1.2 overhead "
+                                  "= 223.63 GiB of weights")
+
+
+def test_gguf_figures_of_the_real_smollm2_file():
+    """Read from the GGUF that tools/bundle.py fetches (`make test` fetches it first)."""
+    assert SMOLLM2.exists(), "run `tools/bundle.py models` (make test does) first"
+    figures = model_figures(str(SMOLLM2))
+    assert figures["architecture"] == "llama"
+    assert figures["params_b"] * 1e9 == pytest.approx(134_515_008)
+    assert figures["tensor_bytes"] == 96_576_768
+    assert figures["bits_per_param"] == pytest.approx(5.7437, abs=1e-4)
+    assert (figures["layers"], figures["kv_heads"], figures["head_dim"]) == (30, 3, 64)
+    assert figures["context_length"] == 8192
+
+
+def test_gguf_reader_refuses_a_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUX" + bytes(64))
+    with pytest.raises(GGUFError, match="cannot read"):
+        model_figures(str(bad))
+
+
+def run_module(args, capsys):
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        twinrail_memory_plan.main()
+    return exited.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_module_reads_the_gguf_and_passes(capsys):
+    assert SMOLLM2.exists()
+    code, result = run_module({
+        "model": model(params_b=999, bits_per_param=16, gguf=str(SMOLLM2)),
+        "memory_mb": {"lab-master": 24000, "lab-worker1": 24000},
+        "soft_watermark_pct": 85, "hard_watermark_pct": 92}, capsys)
+    assert code == 0 and not result["changed"]
+    assert result["source"] == str(SMOLLM2)
+    assert result["model"]["layers"] == 30
+    assert result["plan"]["file_bytes"] == pytest.approx(96_576_768, rel=1e-6)
+
+
+def test_module_fails_naming_host_figure_and_watermark(capsys):
+    code, result = run_module({
+        "model": model(params_b=552, bits_per_param=2.9),
+        "memory_mb": {"spark-a": 131072, "spark-b": 131072},
+        "soft_watermark_pct": 85, "hard_watermark_pct": 92}, capsys)
+    assert code == 1 and result["failed"]
+    assert "spark-b: memory plan: the model needs 111.81 GiB" in result["msg"]
+    assert "soft watermark 85 % = 108.80 GiB" in result["msg"]
+
+
+def test_module_refuses_a_missing_gguf(capsys):
+    code, result = run_module({
+        "model": model(params_b=1, bits_per_param=4, gguf="/nonexistent/m.gguf"),
+        "memory_mb": {"a": 1024}, "soft_watermark_pct": 85, "hard_watermark_pct": 92},
+        capsys)
+    assert code == 1
+    assert result["msg"] == ("preflight: twinrail_model.gguf: expected a GGUF file on the "
+                             "controller, got '/nonexistent/m.gguf', which does not exist")
