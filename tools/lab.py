@@ -36,7 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO / "inventory" / "lab"
-STATE_DIR = REPO / ".cache" / "lab"
+# the lab belongs to the machine, not to a checkout (inventory/lab says why)
+STATE_DIR = Path.home() / ".local" / "state" / "twinrail-lab"
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
 IMAGE_REPO = "twinrail-node"
 DEBIAN_SUITE = "bookworm"

@@ -13,7 +13,7 @@ from gguf_figures import GGUFError, model_figures
 from memory_plan import GIB, plan
 
 REPO = Path(__file__).resolve().parents[2]
-SMOLLM2 = (REPO / ".cache" / "bundle" / "models" / "smollm2-135m-instruct"
+SMOLLM2 = (Path.home() / ".cache" / "twinrail" / "bundle" / "models" / "smollm2-135m-instruct"
            / "SmolLM2-135M-Instruct.Q4_1.gguf")
 NO_KV = {"layers": 1, "kv_heads": 1, "head_dim": 1, "context": 1, "kv_bytes": 0,
          "parallel": 1}
