@@ -195,8 +195,12 @@ def network_name(topo: Topology) -> str:
     return f"{topo.lab}-mgmt"
 
 
+SWITCH_NS_PREFIX = "twinrail-sw-"
+
+
 def switch_netns(topo: Topology, rail: str) -> str:
-    return f"{topo.lab}-sw-{rail}"
+    """The namespace that holds a rail's switch (more than two nodes)."""
+    return f"{SWITCH_NS_PREFIX}{topo.lab}-{rail}"
 
 
 def switch_port(node: str) -> str:
@@ -507,10 +511,10 @@ def cmd_down(topo: Topology | None, everything: bool) -> None:
     nets = out(["docker", "network", "ls", "--quiet", "--filter", filt]).split()
     if nets:
         run(["docker", "network", "rm"] + nets)
-    prefix = "" if everything or topo is None else f"{topo.lab}-sw-"
+    prefix = SWITCH_NS_PREFIX if everything or topo is None else switch_netns(topo, "")
     for line in out(["ip", "netns", "list"]).splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if ns and (ns.startswith(prefix) if prefix else "-sw-" in ns and ns.startswith("twinrail")):
+        ns = line.split()[0] if line.strip() else ""
+        if ns.startswith(prefix):
             run(["ip", "netns", "delete", ns])
     known = STATE_DIR / "known_hosts"
     if known.exists():

@@ -1,0 +1,77 @@
+# twinrail: the two commands of the README, and the parts they are made of.
+#   make lab    bring the lab up and run the whole suite against it
+#   make test   lint, unit tests, molecule scenarios (what CI runs)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# ansible-lint loads the custom modules, which import from module_utils/
+export ANSIBLE_MODULE_UTILS := $(CURDIR)/module_utils
+PYTHON ?= python3
+INVENTORY ?= inventory/lab
+# print how long each part took
+timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
+
+.PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
+        molecule bench-converge clean
+
+help:
+	@sed -n '2,4p' Makefile
+
+prereqs:
+	@bash tools/prereqs.sh
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+bundle: venv
+	$(BIN)/python tools/bundle.py models
+
+lab-up: prereqs venv bundle
+	$(BIN)/python tools/lab.py -i $(INVENTORY) up
+
+lab-down: venv
+	$(BIN)/python tools/lab.py -i $(INVENTORY) down
+
+lab-status: venv
+	$(BIN)/python tools/lab.py -i $(INVENTORY) status
+
+site: venv
+	ansible-playbook -i $(INVENTORY) site.yml
+
+lab: lab-up
+	@$(call timed,ansible-playbook -i $(INVENTORY) site.yml,site.yml on the lab)
+	@echo
+	@echo "The lab is up. Next:"
+	@echo "  make lab-status                          nodes and rails"
+	@echo "  ansible-playbook site.yml --tags <stage> one stage again"
+	@echo "  $(VENV)/bin/python tools/lab.py cut rail0  pull a cable (mend rail0 to plug it back)"
+	@echo "  make lab-down                            remove nodes, cables and network"
+
+test: prereqs venv bundle
+	@$(call timed,$(MAKE) --no-print-directory lint,lint)
+	@$(call timed,$(MAKE) --no-print-directory unit,unit tests)
+	@$(call timed,$(MAKE) --no-print-directory molecule,molecule scenarios)
+
+lint: venv
+	yamllint --strict .
+	ansible-lint
+	ansible-playbook --syntax-check -i $(INVENTORY) site.yml
+
+unit: venv bundle
+	python -m pytest -q tests
+
+molecule: prereqs venv bundle
+	molecule test --all
+
+bench-converge: prereqs venv bundle
+	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
+
+clean: lab-down
+	rm -rf .cache

@@ -1,0 +1,80 @@
+"""tools/lab.py: the topology it reads from the inventory, and its errors.
+
+The lab's inventory is read through the real `ansible-inventory --list`;
+the machinery that makes containers and cables is exercised for real by
+the molecule scenarios.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import lab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(name="inv", scope="module")
+def fixture_inv() -> dict:
+    out = subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab"),
+                          "--list"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_lab_inventory_makes_two_nodes_and_two_direct_cables(inv):
+    topo = lab.topology_from_inventory(inv)
+    assert topo.lab == "twinrail"
+    assert [(n.name, n.role, n.address) for n in topo.nodes] == [
+        ("lab-master", "master", "198.18.0.10"), ("lab-worker1", "worker", "198.18.0.11")]
+    assert [(r.name, r.direct, r.ends) for r in topo.rails] == [
+        ("rail0", True, [("lab-master", "ens1f0np0"), ("lab-worker1", "ens1f0np0")]),
+        ("rail1", True, [("lab-master", "ens1f1np1"), ("lab-worker1", "ens1f1np1")])]
+    assert topo.node("lab-master").publish == ["127.0.0.1:8443:443"]
+    assert lab.container_name(topo, "lab-master") == "twinrail-lab-master"
+
+
+def test_more_workers_need_a_switch_per_rail(inv):
+    inv = copy.deepcopy(inv)
+    hv = inv["_meta"]["hostvars"]
+    hv["lab-worker2"] = copy.deepcopy(hv["lab-worker1"])
+    hv["lab-worker2"]["twinrail_mgmt_address"] = "198.18.0.12/24"
+    inv["workers"]["hosts"].append("lab-worker2")
+    topo = lab.topology_from_inventory(inv)
+    assert [n.name for n in topo.nodes] == ["lab-master", "lab-worker1", "lab-worker2"]
+    assert all(not r.direct and len(r.ends) == 3 for r in topo.rails)
+    assert lab.switch_netns(topo, "rail0") == "twinrail-sw-twinrail-rail0"
+    assert len(lab.switch_port("a-very-long-node-name")) <= 15
+
+
+def test_bad_management_address_names_host_and_variable(inv):
+    inv = copy.deepcopy(inv)
+    inv["_meta"]["hostvars"]["lab-worker1"]["twinrail_mgmt_address"] = "198.18.0.300/24"
+    with pytest.raises(lab.LabError, match="lab-worker1: twinrail_mgmt_address: expected "
+                                           "address/prefix"):
+        lab.topology_from_inventory(inv)
+
+
+def test_unknown_rail_and_node_are_named(inv):
+    topo = lab.topology_from_inventory(inv)
+    with pytest.raises(lab.LabError, match="no rail 'rail9'.*rails: rail0, rail1"):
+        topo.rail("rail9")
+    with pytest.raises(lab.LabError, match="no node 'nope'"):
+        topo.node("nope")
+
+
+def test_image_tag_follows_the_recipe(tmp_path, monkeypatch):
+    """Editing the recipe changes the tag, so `up` rebuilds the image."""
+    before = lab.image_tag()
+    for name in ("packages.txt", "recipe.sh"):
+        (tmp_path / name).write_bytes((lab.IMAGE_DIR / name).read_bytes())
+    monkeypatch.setattr(lab, "IMAGE_DIR", tmp_path)
+    assert lab.image_tag() == before
+    with (tmp_path / "packages.txt").open("a") as handle:
+        handle.write("htop\n")
+    assert lab.image_tag() != before
+    assert "htop" in lab.image_packages()

@@ -1,0 +1,71 @@
+"""The preflight stage as an operator runs it: ansible-playbook on a bad inventory.
+
+The inventories are copies of inventory/example with one defect, and every
+host is pinned to `ansible_connection: local`: the validation must stop the
+run on the controller, and if it ever let a bad inventory through, the
+following play would gather facts locally rather than reach for an address
+outside this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_inventory(tmp_path: Path, host: str, change: dict) -> Path:
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "example", inv)
+    for name in ("spark-a", "spark-b"):
+        path = inv / "host_vars" / f"{name}.yml"
+        data = yaml.safe_load(path.read_text())
+        data["ansible_connection"] = "local"
+        if name == host:
+            data.update(change)
+        path.write_text(yaml.safe_dump(data))
+    return inv
+
+
+def run_site(inv: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    return subprocess.run(["ansible-playbook", "-i", str(inv), "site.yml", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.mark.parametrize("tags", [[], ["--tags", "preflight"], ["--tags", "rdma"]])
+def test_bad_inventory_stops_the_run_before_any_host(tmp_path, tags):
+    rails = [{"name": "rail0", "interface": "enp1s0f0np0", "rdma_device": "mlx5_0",
+              "address": "10.100.0.2"},
+             {"name": "rail1", "interface": "enp1s0f1np1", "rdma_device": "mlx5_1",
+              "address": "10.100.1.2/30"}]
+    inv = make_inventory(tmp_path, "spark-b", {"twinrail_rails": rails})
+    proc = run_site(inv, *tags)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert ("spark-b: twinrail_rails[0].address: expected an IPv4 address with its "
+            "prefix, such as 10.10.0.1/30, got '10.100.0.2' (str)") in out
+    assert "nothing was changed on any host" in out
+    assert "Gathering Facts" not in out, "a host was contacted after a failed validation"
+    assert "spark-a" not in out.split("PLAY RECAP")[1]
+
+
+def test_several_defects_are_listed_together(tmp_path):
+    inv = make_inventory(tmp_path, "spark-a", {"twinrail_mgmt_address": "10.20.0.11",
+                                               "twinrail_lab": "no"})
+    proc = run_site(inv)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "the inventory has 3 defect(s)" in out, out
+    assert "spark-a: twinrail_mgmt_address: expected an IPv4 address with its prefix" in out
+    # twinrail_lab is cluster-wide: a host_vars override is both wrong and different
+    assert "spark-a: twinrail_lab: expected a boolean (true or false), got 'no' (str)" in out
+    assert "spark-b: twinrail_lab: expected the same value as on spark-a ('no')" in out

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): how long the lab takes to converge, per stage.
+
+On a freshly made lab it runs each stage of site.yml once (cold), then each
+stage again (no-op), then the whole site again (no-op), and prints the
+times, the `changed` counts of each run, and each figure as a ratio of the
+baseline measured in the same run: `ansible -m ping` on every node, the
+cost of reaching the hosts at all.
+
+    make bench-converge           (tools/bench_converge.py -i inventory/lab)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
+                   re.M)
+
+
+def stages() -> list[str]:
+    site = yaml.safe_load((REPO / "site.yml").read_text())
+    return [Path(entry["ansible.builtin.import_playbook"]).stem for entry in site]
+
+
+def timed(argv: list[str]) -> tuple[float, int, str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"bench: {' '.join(argv)} failed ({proc.returncode}):\n"
+                 f"{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+    changed = sum(int(m.group(3)) for m in RECAP.finditer(proc.stdout))
+    return elapsed, changed, proc.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-i", "--inventory", default="inventory/lab")
+    parser.add_argument("--keep", action="store_true",
+                        help="reuse the running lab instead of making it anew")
+    args = parser.parse_args()
+    # the ansible commands of the venv this script runs from
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    lab = [sys.executable, str(REPO / "tools" / "lab.py"), "-i", args.inventory]
+    if not args.keep:
+        subprocess.run(lab + ["down"], check=True, capture_output=True)
+    started = time.monotonic()
+    subprocess.run(lab + ["up"], check=True, capture_output=True)
+    lab_up = time.monotonic() - started
+    # fact cache off: a cold run must not start from cached facts
+    playbook = ["ansible-playbook", "-i", args.inventory, "site.yml"]
+    os.environ["ANSIBLE_CACHE_PLUGIN"] = "ansible.builtin.memory"
+
+    baseline, _, _ = timed(["ansible", "-i", args.inventory, "cluster", "-m",
+                            "ansible.builtin.ping"])
+    rows = []
+    for stage in stages():
+        cold, cold_changed, _ = timed(playbook + ["--tags", stage])
+        noop, noop_changed, _ = timed(playbook + ["--tags", stage])
+        rows.append((stage, cold, cold_changed, noop, noop_changed))
+    site_noop, site_changed, _ = timed(playbook)
+
+    listing = subprocess.run(["ansible", "-i", args.inventory, "cluster", "--list-hosts"],
+                             capture_output=True, text=True, check=True, cwd=REPO).stdout
+    nodes = len(listing.strip().splitlines()) - 1  # the first line is "hosts (N):"
+    how = "on the running lab (no-op)" if args.keep else "from no container (image cached)"
+    print(f"lab: {nodes} nodes, `tools/lab.py up` {how}: {lab_up:.1f} s")
+    print(f"baseline: ansible -m ping on the cluster: {baseline:.2f} s")
+    print(f"{'stage':<12} {'cold s':>8} {'changed':>8} {'x base':>7} "
+          f"{'no-op s':>8} {'changed':>8} {'x base':>7}")
+    for stage, cold, cch, noop, nch in rows:
+        print(f"{stage:<12} {cold:8.2f} {cch:8d} {cold / baseline:7.2f} "
+              f"{noop:8.2f} {nch:8d} {noop / baseline:7.2f}")
+    print(f"{'site (no-op)':<12} {'':8} {'':8} {'':7} {site_noop:8.2f} {site_changed:8d} "
+          f"{site_noop / baseline:7.2f}")
+    print(f"no-op re-run of the whole site: {site_noop:.1f} s "
+          f"({'under' if site_noop < 60 else 'OVER'} the 60 s target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
