@@ -50,7 +50,7 @@ lab: lab-up
 	@echo
 	@echo "The lab is up. Next:"
 	@echo "  make lab-status                          nodes and rails"
-	@echo "  ansible-playbook site.yml --tags <stage> one stage again"
+	@echo "  $(VENV)/bin/ansible-playbook site.yml --tags <stage>  one stage again"
 	@echo "  $(VENV)/bin/python tools/lab.py cut rail0  pull a cable (mend rail0 to plug it back)"
 	@echo "  make lab-down                            remove nodes, cables and network"
 
