@@ -360,6 +360,7 @@ def ensure_nodes(topo: Topology, image: str) -> None:
             run_node(topo, node, image)
     for node in topo.nodes:
         wait_booted(topo, node)
+        ensure_net_sysctls_writable(topo, node)
 
 
 def wait_booted(topo: Topology, node: Node) -> None:
@@ -381,6 +382,26 @@ def wait_booted(topo: Topology, node: Node) -> None:
     raise LabError(f"{node.name}: systemd did not reach 'running' with sshd active within "
                    f"{BOOT_TIMEOUT_S} s (last state: {state or 'unknown'}); "
                    f"see `docker exec {name} journalctl -b`")
+
+
+def ensure_net_sysctls_writable(topo: Topology, node: Node) -> None:
+    """Let a node write its own network namespace's sysctls, and nothing else.
+
+    Docker mounts /proc/sys read-only. /proc/sys/net resolves to the netns
+    of the process that opens it, so a read-write bind of /proc/sys/net
+    inside the node's mount namespace lets the kernel stage set the node's
+    own net.* values, while vm.* and kernel.* (the host's) stay read-only.
+    Redone after every container start (mounts do not survive a restart).
+    """
+    pid = container_pid(topo, node.name)
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == "/proc/sys/net" and fields[5].split(",")[0] == "rw":
+            return
+    run(["nsenter", "--target", str(pid), "--mount", "--",
+         "mount", "--bind", "/proc/sys/net", "/proc/sys/net"])
+    run(["nsenter", "--target", str(pid), "--mount", "--",
+         "mount", "-o", "remount,bind,rw", "/proc/sys/net"])
 
 
 def write_known_hosts(topo: Topology) -> None:
