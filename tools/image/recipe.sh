@@ -52,5 +52,5 @@ deb http://deb.debian.org/debian-security bookworm-security main
 CONF
 
 : > /etc/machine-id
+# The package lists stay, as on a freshly installed system.
 apt-get clean
-rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
