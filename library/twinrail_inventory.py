@@ -10,9 +10,9 @@ module: twinrail_inventory
 short_description: Validate a twinrail inventory before any host is touched
 description:
   - Checks the groups (exactly one C(master), 1 to 7 C(workers), all under
-    C(cluster)) and every node's C(twinrail_*) variables: management address,
+    C(cluster)) and every node's C(twinrail_*) variables (management address,
     rails (name, interface, address/prefix, RDMA device, MTU), thresholds,
-    watermarks, booleans, paths and the model figures.
+    watermarks, booleans, paths and the model figures).
   - Across nodes, checks that every node has the same rails, that both ends
     of a rail share its subnet, that no two rails share a subnet, that no rail
     overlaps a management network and that every address is unique.

@@ -32,6 +32,7 @@ MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
 MODEL_NUMBERS = ("params_b", "bits_per_param", "kv_bytes")
 CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
+    "twinrail_bandwidth_aggregate_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
     "twinrail_model")
 
@@ -108,6 +109,16 @@ class Validator:
         if not _is_number(ratio) or not 0 < ratio <= 1:
             self.err(host, "twinrail_bandwidth_min_ratio",
                      "a number above 0 and at most 1 (e.g. 0.9)", ratio)
+        aggregate = hv.get("twinrail_bandwidth_aggregate_min_gbps")
+        rails = hv.get("twinrail_rails") if isinstance(hv.get("twinrail_rails"), list) else []
+        if not _is_number(aggregate) or aggregate <= 0:
+            self.err(host, "twinrail_bandwidth_aggregate_min_gbps",
+                     "a positive number of Gb/s (e.g. 200)", aggregate)
+        elif _is_number(rate) and rate > 0 and rails and aggregate > len(rails) * rate:
+            self.errors.append(
+                f"{host}: twinrail_bandwidth_aggregate_min_gbps: expected at most the sum of "
+                f"the rails' line rates ({len(rails)} x {rate:g} = {len(rails) * rate:g} Gb/s), "
+                f"got {aggregate!r}")
         soft = hv.get("twinrail_memory_soft_watermark_pct")
         hard = hv.get("twinrail_memory_hard_watermark_pct")
         ok = True

@@ -199,6 +199,11 @@ BAD = [
      "spark-a: twinrail_rail_link_rate_gbps: expected a positive number of Gb/s", 1),
     ("ratio-above-one", setvar("twinrail_bandwidth_min_ratio", 1.5),
      "spark-a: twinrail_bandwidth_min_ratio: expected a number above 0 and at most 1", 1),
+    ("aggregate-above-line-rates", setvar("twinrail_bandwidth_aggregate_min_gbps", 450),
+     "spark-a: twinrail_bandwidth_aggregate_min_gbps: expected at most the sum of the rails' "
+     "line rates (2 x 200 = 400 Gb/s), got 450", 1),
+    ("aggregate-missing", delvar("twinrail_bandwidth_aggregate_min_gbps"),
+     "spark-a: twinrail_bandwidth_aggregate_min_gbps: expected a positive number of Gb/s", 1),
     ("watermarks-unordered", setvar("twinrail_memory_soft_watermark_pct", 95),
      "spark-a: twinrail_memory_soft_watermark_pct / twinrail_memory_hard_watermark_pct: "
      "expected soft < hard < 100, got soft 95 and hard 92", 1),
