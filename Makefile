@@ -32,6 +32,7 @@ $(VENV)/.installed: requirements.txt
 
 bundle: venv
 	$(BIN)/python tools/bundle.py models
+	$(BIN)/python tools/bundle.py runtime
 
 lab-up: prereqs venv bundle
 	$(BIN)/python tools/lab.py -i $(INVENTORY) up

