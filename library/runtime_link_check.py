@@ -11,7 +11,7 @@ short_description: Check that built executables carry every dependency inside th
 description:
   - Runs C(readelf -d) and C(file) on each executable and lists the shared
     libraries it needs at run time. Only those in O(allowlist) may appear
-    (empty by default: fully static).
+    (empty by default, that is fully static).
   - Fails naming the host, each offending binary and its libraries.
 version_added: "0.1.0"
 author: twinrail developers
