@@ -179,6 +179,9 @@ def topology_from_inventory(inv: dict) -> Topology:
 
 def load_topology(inventory: Path) -> Topology:
     exe = shutil.which("ansible-inventory") or str(Path(sys.executable).parent / "ansible-inventory")
+    if not Path(exe).exists():
+        raise LabError("ansible-inventory is not installed for this Python: run `make venv` "
+                       "and use .venv/bin/python tools/lab.py (or `make lab-up`)")
     proc = run([exe, "-i", str(inventory), "--list"])
     return topology_from_inventory(json.loads(proc.stdout))
 
