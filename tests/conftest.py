@@ -7,12 +7,15 @@ own InventoryManager, so the tests see variables exactly as a play does.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# the ansible-* commands of the Python running the tests, as `make` arranges
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 FIXTURES = REPO.parent / "shared" / "fixtures"
 for sub in ("tools", "library", "module_utils"):
     path = str(REPO / sub)
