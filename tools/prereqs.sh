@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install and start what twinrail's lab and tests need on the controller:
 # Docker (docker.io), debootstrap, iproute2, OpenSSH client, util-linux
-# (nsenter). As root it installs them from the distribution and starts
+# (nsenter), rsync (the weights stage sends from the controller with it). As root it installs them from the distribution and starts
 # dockerd when it is not running; otherwise it says what is missing.
 set -euo pipefail
 
@@ -17,6 +17,7 @@ have make || need_pkgs+=(make)
 have gcc || need_pkgs+=(gcc)
 have file || need_pkgs+=(file)
 have readelf || need_pkgs+=(binutils)
+have rsync || need_pkgs+=(rsync)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
 
 if ((${#need_pkgs[@]})); then
