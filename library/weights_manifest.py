@@ -117,7 +117,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.weights_manifest import (
+from ansible.module_utils.weights_sums import (
     ManifestError, hash_files, list_files, load_cache, parse_sha256sums, promote,
     render_sha256sums, save_cache, verify)
 

@@ -118,7 +118,7 @@ rate_bps:
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.weights_transfer import plan_streams, run_streams
+from ansible.module_utils.rsync_streams import plan_streams, run_streams
 
 
 def main() -> None:

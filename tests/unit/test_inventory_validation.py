@@ -61,6 +61,26 @@ def setmodel(key, value):
     return patch
 
 
+def setweights(index, key, value):
+    """Change (value not None) or remove (None) a key of one weight set, on every host."""
+    def patch(groups, nodes):
+        for host in ("spark-a", "spark-b"):
+            item = nodes[host]["twinrail_weights"][index]
+            if value is None:
+                item.pop(key, None)
+            else:
+                item[key] = value
+    return patch
+
+
+def add_weights(**item):
+    def patch(groups, nodes):
+        for host in ("spark-a", "spark-b"):
+            first = nodes[host]["twinrail_weights"][0]
+            nodes[host]["twinrail_weights"].append(dict(first, **item))
+    return patch
+
+
 def delvar(key, hosts=("spark-a", "spark-b")):
     def patch(groups, nodes):
         for host in hosts:
@@ -227,6 +247,32 @@ BAD = [
      "spark-a: twinrail_model.bits_per_param: expected at most 32 bits, got 64 (int)", 1),
     ("model-gguf-relative", setmodel("gguf", "models/x.gguf"),
      "spark-a: twinrail_model.gguf: expected an absolute path on the controller", 1),
+    ("weights-not-a-list", setvar("twinrail_weights", {"model": "m"}),
+     "spark-a: twinrail_weights: expected a list of weight sets", 1),
+    ("weights-empty", setvar("twinrail_weights", []),
+     "spark-a: twinrail_weights: expected a list of weight sets", 1),
+    ("weights-model-dotdot", setweights(0, "model", ".."),
+     "spark-a: twinrail_weights[0].model: expected a directory name", 1),
+    ("weights-revision-slash", setweights(0, "revision", "v1/../../etc"),
+     "spark-a: twinrail_weights[0].revision: expected a directory name", 1),
+    ("weights-source-unknown", setweights(0, "source", "s3"),
+     "spark-a: twinrail_weights[0].source: expected one of controller, url, master, got 's3'", 1),
+    ("weights-path-relative", setweights(0, "path", "incoming/model"),
+     "spark-a: twinrail_weights[0].path: expected an absolute path of a directory on the master", 1),
+    ("weights-manifest-escapes", setweights(0, "manifest", "../SHA256SUMS"),
+     "spark-a: twinrail_weights[0].manifest: expected a file name inside path", 1),
+    ("weights-no-manifest-untrusted", setweights(0, "manifest", ""),
+     "spark-a: twinrail_weights[0].manifest: expected a SHA256SUMS manifest, or trust_first_copy", 1),
+    ("weights-trust-not-bool", setweights(0, "trust_first_copy", "yes"),
+     "spark-a: twinrail_weights[0].trust_first_copy: expected a boolean", 1),
+    ("weights-url-without-base", setweights(0, "source", "url"),
+     "spark-a: twinrail_weights[0].base_url: expected an http(s) URL", 1),
+    ("weights-unknown-key", setweights(0, "sha256sums", "SHA256SUMS"),
+     "spark-a: twinrail_weights[0].sha256sums: expected one of the known keys", 1),
+    ("weights-duplicate-set", add_weights(current=False),
+     "spark-a: twinrail_weights[1]: expected each model and revision once", 1),
+    ("weights-two-current", add_weights(revision="2025-08-01"),
+     "spark-a: twinrail_weights[1].current: expected one current revision per model", 1),
 ]
 
 
@@ -268,4 +314,19 @@ def test_every_defect_is_reported_at_once():
 def test_seven_workers_are_accepted():
     groups, nodes = example()
     grow(groups, nodes, 8)
+    assert validate(groups, nodes) == []
+
+
+@pytest.mark.parametrize("change", [
+    {"manifest": "", "trust_first_copy": True},
+    {"source": "url", "base_url": "https://models.example/moe/resolve/main/", "path": None},
+    {"source": "controller", "path": "/home/ops/bundle/moe", "current": False},
+], ids=["trust-first-copy", "url", "controller"])
+def test_the_other_weight_sources_are_accepted(change):
+    groups, nodes = example()
+    for host in nodes:
+        item = nodes[host]["twinrail_weights"][0]
+        item.update({k: v for k, v in change.items() if v is not None})
+        for key in [k for k, v in change.items() if v is None]:
+            item.pop(key)
     assert validate(groups, nodes) == []
