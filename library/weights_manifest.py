@@ -16,7 +16,9 @@ description:
     everything. Reports changed only when it wrote the cache, a manifest or
     moved files.
   - With promote_to, the directory is a staging area, the files that verify
-    are moved into promote_to and the ones that do not are deleted.
+    are moved into promote_to and complete ones that do not are deleted; a
+    file shorter than its expected size (sizes) is kept for the next
+    transfer to continue.
   - With create, a missing manifest is made from the files present (the
     inventory trusts this first copy).
 version_added: "0.1.0"
@@ -111,6 +113,11 @@ moved:
   returned: when promote_to is set
   type: list
   elements: str
+partial:
+  description: Staged files shorter than expected, kept for the next transfer to continue.
+  returned: when promote_to is set
+  type: list
+  elements: str
 """
 
 import os
@@ -189,6 +196,7 @@ def main() -> None:
             moved = promote(params["path"], params["promote_to"], result,
                             load_cache(promote_cache))
             out["moved"], out["removed"] = moved["moved"], moved["removed"]
+            out["partial"] = moved["partial"]
             changed |= bool(moved["moved"] or moved["removed"])
             changed |= save_cache(promote_cache, moved["cache"])
         changed |= bool(out["moved"])

@@ -118,7 +118,7 @@ rate_bps:
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rsync_streams import plan_streams, run_streams
+from ansible.module_utils.rsync_streams import plan_streams, rsync_argv, run_streams
 
 
 def main() -> None:
@@ -157,18 +157,10 @@ def main() -> None:
     rsync = shutil.which("rsync")
     if not rsync:
         module.fail_json(msg=f"weights: {params['host']}: rsync is not installed")
-    argv = [rsync, "--recursive", "--times", "--partial", "--append-verify",
-            "--chmod=D0755,F0644", "--info=progress2", "--no-inc-recursive", "--stats",
-            f"--timeout={params['timeout']}"]
-    if params["bwlimit"]:
-        argv.append(f"--bwlimit={params['bwlimit']}")
-    if params["rsh"]:
-        argv += ["--rsh", params["rsh"]]
-    if params["rsync_path"]:
-        argv += ["--rsync-path", params["rsync_path"]]
-    if any(d.startswith("rsync://") for d in params["dests"]):
-        argv.append("--contimeout=10")
-    argv += params["extra_opts"]
+    argv = rsync_argv(rsync, timeout=params["timeout"], bwlimit=params["bwlimit"],
+                      rsh=params["rsh"], rsync_path=params["rsync_path"],
+                      daemon=any(d.startswith("rsync://") for d in params["dests"]),
+                      extra=params["extra_opts"])
     env = {"RSYNC_PASSWORD": params["password"]} if params["password"] else {}
     result = run_streams(params["src"], params["dests"], sizes, params["streams"], argv,
                          progress_file=params["progress_file"], interval=params["interval"],

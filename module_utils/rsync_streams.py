@@ -24,6 +24,24 @@ _RECEIVED = re.compile(r"^Total bytes received:\s*([\d,]+)", re.M)
 _LITERAL = re.compile(r"^Literal data:\s*([\d,]+)", re.M)
 
 
+def rsync_argv(rsync: str, timeout: int = 60, bwlimit: int = 0, rsh: str | None = None,
+               rsync_path: str | None = None, daemon: bool = False,
+               extra: list[str] | None = None) -> list[str]:
+    """The rsync command every stream runs (before --files-from, source, destination)."""
+    argv = [rsync, "--recursive", "--times", "--partial", "--append-verify",
+            "--chmod=D0755,F0644", "--info=progress2", "--no-inc-recursive", "--stats",
+            f"--timeout={timeout}"]
+    if bwlimit:
+        argv.append(f"--bwlimit={bwlimit}")
+    if rsh:
+        argv += ["--rsh", rsh]
+    if rsync_path:
+        argv += ["--rsync-path", rsync_path]
+    if daemon:
+        argv.append("--contimeout=10")
+    return argv + list(extra or [])
+
+
 def plan_streams(sizes: dict[str, int], streams: int) -> list[list[str]]:
     """Split files into at most `streams` lists of about equal total size."""
     streams = max(1, min(streams, len(sizes)))

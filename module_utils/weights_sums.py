@@ -21,7 +21,9 @@ BLOCK = 8 << 20
 # Names the suite keeps beside the weights; never part of a set.
 PRIVATE_PREFIX = ".twinrail"
 _LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
-_IDENTITY = ("size", "mtime_ns", "inode")
+# ctime cannot be set from user space: a file written and given its old
+# mtime back (touch -r) still shows as changed.
+_IDENTITY = ("size", "mtime_ns", "ctime_ns", "inode")
 
 
 class ManifestError(ValueError):
@@ -75,7 +77,8 @@ def sha256_file(path: str) -> str:
 
 
 def _identity(st: os.stat_result) -> dict:
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino}
 
 
 def list_files(root: str) -> list[str]:
@@ -163,25 +166,32 @@ def _judge(rel, digest, manifest, st, files, bad, good_sizes):
 
 def promote(staging: str, final: str, result: dict, final_cache: dict) -> dict:
     """Move the staged files that verified into the final directory and
-    drop the ones that did not (a bad or partial file never counts as good).
+    drop the complete ones that did not: a bad file never counts as good.
+    A file shorter than its expected size is a transfer cut midway: it is
+    kept in staging, where the next transfer continues it.
 
-    Returns {'moved': [...], 'removed': [...], 'cache': final_cache updated};
-    a rename keeps the inode and mtime, so the cache entry moves with it.
+    Returns {'moved', 'removed', 'partial', 'cache': final_cache updated};
+    the content just verified moves with its cache entry (a rename may
+    change the ctime, so the entry takes the new identity).
     """
-    moved, removed = [], []
+    moved, removed, partial = [], [], []
     cache = dict(final_cache)
+    short = {item["file"] for item in result["bad"] if item["status"] == "size_mismatch"
+             and item["size"] < item["expected_size"]}
     for rel, status in sorted(result["files"].items()):
         source = os.path.join(staging, rel)
         if status == "ok":
             target = os.path.join(final, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(source, target)
-            cache[rel] = result["cache"][rel]
+            cache[rel] = dict(result["cache"][rel], **_identity(os.stat(target)))
             moved.append(rel)
+        elif rel in short:
+            partial.append(rel)
         elif status in ("hash_mismatch", "size_mismatch") and os.path.lexists(source):
             os.unlink(source)
             removed.append(rel)
-    return {"moved": moved, "removed": removed, "cache": cache}
+    return {"moved": moved, "removed": removed, "partial": partial, "cache": cache}
 
 
 def load_cache(path: str) -> dict:

@@ -14,12 +14,13 @@ import time
 import pytest
 
 from weights_sums import sha256_file
-from rsync_streams import last_progress, parse_stats, plan_streams, progress_line, run_streams
+from rsync_streams import (last_progress, parse_stats, plan_streams, progress_line, rsync_argv,
+                           run_streams)
 
 RSYNC = shutil.which("rsync")
 needs_rsync = pytest.mark.skipif(RSYNC is None, reason="rsync is not installed (tools/prereqs.sh)")
-OPTS = ["--recursive", "--times", "--partial", "--append-verify", "--info=progress2",
-        "--no-inc-recursive", "--stats"]
+# what the weights_transfer module runs, minus the rsync path
+OPTS = rsync_argv("rsync")[1:]
 
 
 def test_streams_are_balanced_by_bytes():

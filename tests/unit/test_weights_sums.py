@@ -108,6 +108,14 @@ def test_the_cache_spares_unchanged_files_and_catches_changed_ones(tree):
     (root / "c.gguf").write_bytes(b"THIRD")
     changed = verify(str(root), manifest, cache=first["cache"])
     assert changed["hashed"] == ["c.gguf"] and changed["files"]["c.gguf"] == "hash_mismatch"
+    # new content with the old mtime put back: the ctime still gives it away
+    before = os.stat(root / "sub" / "b.gguf")
+    data = bytearray((root / "sub" / "b.gguf").read_bytes())
+    data[7] ^= 0x10
+    (root / "sub" / "b.gguf").write_bytes(bytes(data))
+    os.utime(root / "sub" / "b.gguf", ns=(before.st_atime_ns, before.st_mtime_ns))
+    sneaky = verify(str(root), manifest, cache=first["cache"])
+    assert "sub/b.gguf" in sneaky["hashed"] and sneaky["files"]["sub/b.gguf"] == "hash_mismatch"
     forced = verify(str(root), manifest, cache=first["cache"], force=True)
     assert sorted(forced["hashed"]) == sorted(manifest)
 
@@ -134,22 +142,31 @@ def test_checking_only_some_files_keeps_the_cache_of_the_others(tree):
         verify(str(root), manifest, only=["nope.bin"])
 
 
-def test_promotion_moves_good_files_and_drops_bad_ones(tmp_path):
+def test_promotion_moves_good_files_keeps_partial_ones_and_drops_bad_ones(tmp_path):
     staging, final = tmp_path / "staging", tmp_path / "final"
     (staging / "sub").mkdir(parents=True)
-    good, bad = os.urandom(1 << 16), os.urandom(1 << 16)
+    good, cut, wrong = (os.urandom(1 << 16) for _ in range(3))
     (staging / "sub" / "good.bin").write_bytes(good)
-    (staging / "bad.bin").write_bytes(bad[: 1 << 15])  # a partial file: half of it
-    manifest = {"sub/good.bin": sha256_file(str(staging / "sub" / "good.bin")),
-                "bad.bin": hashlib.sha256(bad).hexdigest(), "late.bin": "0" * 64}
-    result = verify(str(staging), manifest)
+    (staging / "cut.bin").write_bytes(cut[: 1 << 15])  # a transfer cut at half
+    (staging / "wrong.bin").write_bytes(os.urandom(1 << 16))  # complete, other content
+    manifest = {"sub/good.bin": hashlib.sha256(good).hexdigest(),
+                "cut.bin": hashlib.sha256(cut).hexdigest(),
+                "wrong.bin": hashlib.sha256(wrong).hexdigest(), "late.bin": "0" * 64}
+    sizes = {rel: 1 << 16 for rel in manifest}
+    result = verify(str(staging), manifest, sizes=sizes)
     moved = promote(str(staging), str(final), result, {})
-    assert moved["moved"] == ["sub/good.bin"] and moved["removed"] == ["bad.bin"]
+    assert moved["moved"] == ["sub/good.bin"] and moved["removed"] == ["wrong.bin"]
+    assert moved["partial"] == ["cut.bin"]
     assert (final / "sub" / "good.bin").read_bytes() == good
-    assert not (staging / "bad.bin").exists() and not (final / "bad.bin").exists()
+    assert (staging / "cut.bin").stat().st_size == 1 << 15  # left for rsync to continue
+    assert not (final / "cut.bin").exists() and not (staging / "wrong.bin").exists()
     # the moved file's cache entry still describes it: no second read
     again = verify(str(final), {"sub/good.bin": manifest["sub/good.bin"]}, cache=moved["cache"])
     assert again["ok"] and again["hashed"] == []
+    # without known sizes a short file cannot be told from a wrong one: dropped
+    (staging / "cut.bin").write_bytes(cut[:100])
+    blind = promote(str(staging), str(final), verify(str(staging), manifest, only=["cut.bin"]), {})
+    assert blind["removed"] == ["cut.bin"] and blind["partial"] == []
 
 
 def test_the_cache_is_written_only_when_it_changes(tmp_path, tree):
