@@ -13,7 +13,7 @@ import yaml
 SCENARIO = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 ROOT = "/srv/twinrail/models"
-SETS = yaml.safe_load((SCENARIO / "weights-sets.yml").read_text())["twinrail_weights"]
+SETS = yaml.safe_load((SCENARIO / "vars" / "weights-sets.yml").read_text())["twinrail_weights"]
 
 
 def manifest(model: str) -> dict[str, str]:
