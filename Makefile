@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge clean
+        molecule bench-converge bench-weights clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -73,6 +73,11 @@ molecule: prereqs venv bundle
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
+
+# needs the lab with the weights stage converged on the scenario's sets
+# (molecule converge -s weights, or site.yml with its vars/weights-sets.yml)
+bench-weights: prereqs venv bundle
+	$(BIN)/python tools/bench_weights.py
 
 clean: lab-down
 	rm -rf .cache
