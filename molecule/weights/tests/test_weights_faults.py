@@ -212,3 +212,29 @@ def test_a_source_without_manifest_is_trusted_only_when_asked(host):
             [line.split()[0] for line in made.splitlines()]
     for container in (MASTER, WORKER):
         node(container, "rm", "-rf", f"{ROOT}/tiny-trusted", directory)
+
+
+def test_a_url_source_is_downloaded_checked_and_sent_on(host):
+    """An HTTP server on the master's own loopback stands in for a model hub."""
+    directory = "/srv/incoming/tiny-url"
+    files = {"part-1.bin": os.urandom(2 << 20), "sub/part-2.bin": os.urandom(1 << 20)}
+    node(MASTER, "mkdir", "-p", f"{directory}/sub")
+    tiny_set(directory, files)
+    node(MASTER, "bash", "-c", f"cd {directory} && sha256sum part-1.bin sub/part-2.bin > SHA256SUMS")
+    node(MASTER, "systemd-run", "--unit=twinrail-test-http", "--working-directory", directory,
+         "python3", "-m", "http.server", "--bind", "127.0.0.1", "18080")
+    try:
+        time.sleep(1)
+        sets = [{"model": "tiny-url", "revision": "r1", "source": "url",
+                 "base_url": "http://127.0.0.1:18080/", "manifest": "SHA256SUMS"}]
+        rc, data = run_stage(host, "-e", json.dumps({"twinrail_weights": sets}))
+        assert rc == 0, json.dumps(data)[-3000:]
+        made = node(MASTER, "cat", f"{directory}/SHA256SUMS")
+        for container in (MASTER, WORKER):
+            got = node(container, "bash", "-c", f"cd {ROOT}/tiny-url/r1 && sha256sum part-1.bin sub/part-2.bin")
+            assert got == made
+            assert node(container, "readlink", f"{ROOT}/tiny-url/current").strip() == "r1"
+    finally:
+        node(MASTER, "systemctl", "stop", "twinrail-test-http", check=False)
+        for container in (MASTER, WORKER):
+            node(container, "rm", "-rf", f"{ROOT}/tiny-url", directory, check=False)
