@@ -1,0 +1,56 @@
+"""Verify the service stage on each lab node: units running as the service
+account with their hardening and memory limits, bound where they must be
+(RPC servers on the rail addresses only, llama-server on loopback), the same
+versioned configuration on every node."""
+
+from __future__ import annotations
+
+import re
+
+CONFIG = "/etc/twinrail/service"
+RAILS = {"lab-master": ["198.19.0.1", "198.19.1.1"], "lab-worker1": ["198.19.0.2", "198.19.1.2"]}
+
+
+def units(host) -> list[str]:
+    if host.backend.get_hostname() == "lab-master":
+        return ["twinrail-llama.service"]
+    return [f"twinrail-rpc@{address}.service" for address in RAILS["lab-worker1"]]
+
+
+def test_units_run_as_the_service_account_with_hardening(host):
+    for unit in units(host):
+        show = dict(line.split("=", 1) for line in
+                    host.check_output(f"systemctl show {unit} -p ActiveState -p User -p "
+                                      f"NoNewPrivileges -p ProtectSystem -p ProtectHome -p "
+                                      f"PrivateTmp -p LimitMEMLOCK -p MemoryMax -p MemoryHigh "
+                                      f"-p Restart -p UnitFileState").splitlines())
+        assert show["ActiveState"] == "active" and show["UnitFileState"] == "enabled", show
+        assert show["User"] == "twinrail-llm" and show["NoNewPrivileges"] == "yes"
+        assert show["ProtectSystem"] == "strict" and show["ProtectHome"] == "yes"
+        assert show["PrivateTmp"] == "yes" and show["Restart"] == "on-failure"
+        assert show["LimitMEMLOCK"] == "infinity"
+        memory = int(host.check_output("awk '/MemTotal/ { print $2 }' /proc/meminfo")) * 1024
+        assert abs(int(show["MemoryMax"]) - memory * 0.92) < 1 << 20
+        assert abs(int(show["MemoryHigh"]) - memory * 0.85) < 1 << 20
+    assert host.user("twinrail-llm").shell == "/usr/sbin/nologin"
+
+
+def test_each_process_listens_only_where_it_must(host):
+    listening = host.check_output("ss -Hltn")
+    if host.backend.get_hostname() == "lab-master":
+        assert re.findall(r"(\S+):8080\s", listening) == ["127.0.0.1"], listening
+    else:
+        bound = sorted(re.findall(r"(\S+):50052\s", listening))
+        assert bound == RAILS["lab-worker1"], listening  # never 0.0.0.0
+
+
+def test_the_configuration_is_versioned_and_the_same_everywhere(host):
+    current = host.file(f"{CONFIG}/current")
+    assert current.is_symlink
+    env = host.file(f"{CONFIG}/current/service.env").content_string
+    assert "TWINRAIL_RPC_SERVERS=198.19.0.2:50052,198.19.1.2:50052" in env
+    assert "TWINRAIL_MODEL=/srv/twinrail/models/smollm2-135m-instruct/current/" \
+           "SmolLM2-135M-Instruct.Q4_1.gguf" in env
+    # the version is the hash of the content: the same name on every node
+    assert host.check_output(f"sha256sum {CONFIG}/current/service.env | cut -c1-16") == \
+        current.linked_to.rsplit("/", 1)[-1]
