@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge bench-weights clean
+        molecule bench-converge bench-weights bench-service clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -78,6 +78,10 @@ bench-converge: prereqs venv bundle
 # (molecule converge -s weights, or site.yml with its vars/weights-sets.yml)
 bench-weights: prereqs venv bundle
 	$(BIN)/python tools/bench_weights.py
+
+# needs the lab with the service stage converged (make lab)
+bench-service: venv
+	$(BIN)/python tools/bench_service.py
 
 clean: lab-down
 	rm -rf .cache
