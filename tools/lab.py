@@ -26,6 +26,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -316,6 +317,17 @@ def ssh_key() -> Path:
     return key
 
 
+def service_password() -> Path:
+    """The lab's password for the service proxy (user `operator`): made once,
+    kept in the lab's state, never in the repository (a site uses ansible-vault)."""
+    path = STATE_DIR / "service-password"
+    if not path.exists():
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24) + "\n")
+        path.chmod(0o600)
+    return path
+
+
 def run_node(topo: Topology, node: Node, image: str) -> None:
     name = container_name(topo, node.name)
     argv = ["docker", "run", "--detach", "--name", name, "--hostname", node.name,
@@ -518,6 +530,7 @@ def cmd_up(topo: Topology) -> None:
     require_docker()
     image = build_image()
     ssh_key()
+    service_password()
     ensure_network(topo)
     ensure_nodes(topo, image)
     ensure_rails(topo)
