@@ -15,6 +15,8 @@ description:
   - Fails naming the host, each offending binary and its libraries.
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
 options:
   binaries:
     description: Paths of the executables.
@@ -26,13 +28,6 @@ options:
     type: list
     elements: str
     default: []
-  host:
-    description: The inventory name of the host, for the messages.
-    type: str
-    required: true
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -15,6 +15,8 @@ description:
     and what needs it. Changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
 options:
   needs:
     description: What must fit, one entry per directory.
@@ -34,13 +36,6 @@ options:
         description: What needs the space, for the messages.
         type: str
         required: true
-  host:
-    description: The inventory name of the host, for the messages.
-    type: str
-    required: true
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -17,6 +17,8 @@ description:
     must not change, which are then only reported).
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
 options:
   settings:
     description: Keys and their values (lists of numbers as one string).
@@ -30,13 +32,6 @@ options:
     description: Fail when a value differs after applying.
     type: bool
     default: true
-  host:
-    description: The inventory name of the host, for the messages.
-    type: str
-    required: true
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -23,6 +23,8 @@ description:
     inventory trusts this first copy).
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
 options:
   path:
     description: The directory holding the files.
@@ -63,13 +65,6 @@ options:
     description: Fail naming each bad file, its expected and its actual sha256.
     type: bool
     default: false
-  host:
-    description: The inventory name of the host, for the messages.
-    type: str
-    required: true
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

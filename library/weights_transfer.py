@@ -21,6 +21,8 @@ description:
     last lines rsync printed.
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
 options:
   src:
     description: Directory the relative paths start from.
@@ -68,13 +70,6 @@ options:
     description: Seconds between progress lines.
     type: float
     default: 5
-  host:
-    description: The inventory name of the sending host, for the messages.
-    type: str
-    required: true
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""
