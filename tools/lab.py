@@ -103,6 +103,7 @@ class Node:
     role: str  # master | worker
     address: str  # management IPv4 address, no prefix
     publish: list[str] = field(default_factory=list)
+    memory_mb: int = 0  # the container's memory limit (its cgroup's), 0: none
 
 
 @dataclass
@@ -170,8 +171,13 @@ def topology_from_inventory(inv: dict) -> Topology:
         except ValueError as exc:
             raise LabError(f"{name}: twinrail_mgmt_address: expected address/prefix "
                            f"such as 198.18.0.10/24, got {mgmt!r}") from exc
+        memory = hv.get("twinrail_lab_memory_mb", 0)
+        if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0 or 0 < memory < 1024:
+            raise LabError(f"{name}: twinrail_lab_memory_mb: expected a whole number of MiB, at least 1024 "
+                           f"(0 for no limit), got {memory!r}")
         nodes.append(Node(name=name, role="master" if name in masters else "worker",
-                          address=addr, publish=list(hv.get("twinrail_lab_publish", []))))
+                          address=addr, publish=list(hv.get("twinrail_lab_publish", [])),
+                          memory_mb=memory))
         for item in hv.get("twinrail_rails") or []:
             rails.setdefault(item["name"], Rail(item["name"])).ends.append(
                 (name, item["interface"]))
@@ -345,6 +351,9 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
         argv += ["--volume", "/sys/fs/cgroup:/sys/fs/cgroup:ro"]
     for spec in node.publish:
         argv += ["--publish", spec]
+    if node.memory_mb:
+        # a node of its own size: the service's memory watermarks are shares of it
+        argv += ["--memory", f"{node.memory_mb}m", "--memory-swap", f"{node.memory_mb}m"]
     argv.append(image)
     run(argv)
 
@@ -360,9 +369,10 @@ def ensure_nodes(topo: Topology, image: str) -> None:
                     and ip.get("IPv4Address") == node.address
                     and sorted(c.removeprefix("CAP_")
                                for c in state["HostConfig"].get("CapAdd") or [])
-                    == sorted(CAPABILITIES))
+                    == sorted(CAPABILITIES)
+                    and state["HostConfig"].get("Memory", 0) == node.memory_mb * 2**20)
             if not same:
-                log(f"{node.name}: recreating (image, address or capabilities changed)")
+                log(f"{node.name}: recreating (image, address, capabilities or memory changed)")
                 run(["docker", "rm", "--force", name])
                 state = None
             elif state["State"]["Paused"]:

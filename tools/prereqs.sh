@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install and start what twinrail's lab and tests need on the controller:
 # Docker (docker.io), debootstrap, iproute2, OpenSSH client, util-linux
-# (nsenter), rsync (the weights stage sends from the controller with it). As root it installs them from the distribution and starts
+# (nsenter), rsync (the weights stage sends from the controller with it),
+# chromium (the chat page's browser test). As root it installs them from the distribution and starts
 # dockerd when it is not running; otherwise it says what is missing.
 set -euo pipefail
 
@@ -18,6 +19,8 @@ have gcc || need_pkgs+=(gcc)
 have file || need_pkgs+=(file)
 have readelf || need_pkgs+=(binutils)
 have rsync || need_pkgs+=(rsync)
+# the chat page's browser test (headless, driven by playwright from the venv)
+have chromium || need_pkgs+=(chromium)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
 
 if ((${#need_pkgs[@]})); then

@@ -35,6 +35,7 @@ def test_lab_inventory_makes_two_nodes_and_two_direct_cables(inv):
         ("rail0", True, [("lab-master", "ens1f0np0"), ("lab-worker1", "ens1f0np0")]),
         ("rail1", True, [("lab-master", "ens1f1np1"), ("lab-worker1", "ens1f1np1")])]
     assert topo.node("lab-master").publish == ["127.0.0.1:8443:443"]
+    assert [n.memory_mb for n in topo.nodes] == [4096, 4096]
     assert lab.container_name(topo, "lab-master") == "twinrail-lab-master"
 
 
@@ -78,3 +79,11 @@ def test_image_tag_follows_the_recipe(tmp_path, monkeypatch):
         handle.write("htop\n")
     assert lab.image_tag() != before
     assert "htop" in lab.image_packages()
+
+
+@pytest.mark.parametrize("memory", ["4g", 512, -1, True])
+def test_bad_memory_limit_names_host_and_variable(inv, memory):
+    inv = copy.deepcopy(inv)
+    inv["_meta"]["hostvars"]["lab-worker1"]["twinrail_lab_memory_mb"] = memory
+    with pytest.raises(lab.LabError, match=r"lab-worker1: twinrail_lab_memory_mb: expected a whole number of MiB"):
+        lab.topology_from_inventory(inv)

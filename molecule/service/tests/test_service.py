@@ -5,20 +5,26 @@ versioned configuration on every node."""
 
 from __future__ import annotations
 
+import json
 import re
 
 CONFIG = "/etc/twinrail/service"
 RAILS = {"lab-master": ["198.19.0.1", "198.19.1.1"], "lab-worker1": ["198.19.0.2", "198.19.1.2"]}
 
 
-def units(host) -> list[str]:
+def units(host) -> dict[str, str]:
+    """Unit: its Restart= (the guard and its agent always come back)."""
     if host.backend.get_hostname() == "lab-master":
-        return ["twinrail-llama.service"]
-    return [f"twinrail-rpc@{address}.service" for address in RAILS["lab-worker1"]]
+        return {"twinrail-llama.service": "on-failure", "twinrail-guard.service": "always"}
+    return {**{f"twinrail-rpc@{address}.service": "on-failure" for address in RAILS["lab-worker1"]},
+            "twinrail-agent.service": "always"}
 
 
 def test_units_run_as_the_service_account_with_hardening(host):
-    for unit in units(host):
+    # the node's memory is its container's cgroup limit (4 GiB in the lab), not the host's
+    memory = json.loads(host.check_output("python3 /usr/local/lib/twinrail/twinrail-guard memory"))["total"]
+    assert memory == 4096 * 2**20
+    for unit, restart in units(host).items():
         show = dict(line.split("=", 1) for line in
                     host.check_output(f"systemctl show {unit} -p ActiveState -p User -p "
                                       f"NoNewPrivileges -p ProtectSystem -p ProtectHome -p "
@@ -27,9 +33,8 @@ def test_units_run_as_the_service_account_with_hardening(host):
         assert show["ActiveState"] == "active" and show["UnitFileState"] == "enabled", show
         assert show["User"] == "twinrail-llm" and show["NoNewPrivileges"] == "yes"
         assert show["ProtectSystem"] == "strict" and show["ProtectHome"] == "yes"
-        assert show["PrivateTmp"] == "yes" and show["Restart"] == "on-failure"
+        assert show["PrivateTmp"] == "yes" and show["Restart"] == restart
         assert show["LimitMEMLOCK"] == "infinity"
-        memory = int(host.check_output("awk '/MemTotal/ { print $2 }' /proc/meminfo")) * 1024
         assert abs(int(show["MemoryMax"]) - memory * 0.92) < 1 << 20
         assert abs(int(show["MemoryHigh"]) - memory * 0.85) < 1 << 20
     assert host.user("twinrail-llm").shell == "/usr/sbin/nologin"
@@ -39,9 +44,11 @@ def test_each_process_listens_only_where_it_must(host):
     listening = host.check_output("ss -Hltn")
     if host.backend.get_hostname() == "lab-master":
         assert re.findall(r"(\S+):8080\s", listening) == ["127.0.0.1"], listening
+        assert re.findall(r"(\S+):8081\s", listening) == ["127.0.0.1"], listening  # the guard
     else:
-        bound = sorted(re.findall(r"(\S+):50052\s", listening))
-        assert bound == RAILS["lab-worker1"], listening  # never 0.0.0.0
+        for port in (50052, 50053):  # RPC servers, the guard's agent
+            bound = sorted(re.findall(rf"(\S+):{port}\s", listening))
+            assert bound == RAILS["lab-worker1"], listening  # never 0.0.0.0
 
 
 def test_the_configuration_is_versioned_and_the_same_everywhere(host):

@@ -84,7 +84,7 @@ def test_a_json_503_at_once_when_llama_server_is_down(host):
         node(MASTER, "systemctl", "start", "twinrail-llama.service")
         for _ in range(60):
             if node(MASTER, "python3", "-c", "import urllib.request as u; "
-                    "u.urlopen('http://127.0.0.1:8080/health', timeout=2)", check=False).returncode == 0:
+                    "u.urlopen('http://127.0.0.1:8081/health', timeout=2)", check=False).returncode == 0:
                 break
             time.sleep(1)
 

@@ -1,0 +1,312 @@
+"""twinrail-guard, the service's watchdog and memory guard, on loopback:
+real sockets, a stand-in llama-server that streams (or hangs) and stand-in
+worker agents that answer, report a dead RPC server or fall silent."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import importlib.machinery
+import importlib.util
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+GUARD_PATH = Path(__file__).resolve().parents[2] / "roles" / "inference_service" / "files" / "twinrail-guard"
+_loader = importlib.machinery.SourceFileLoader("twinrail_guard", str(GUARD_PATH))
+_spec = importlib.util.spec_from_loader("twinrail_guard", _loader)
+guard_mod = importlib.util.module_from_spec(_spec)
+_loader.exec_module(guard_mod)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def fake_proc(tmp_path: Path, cgroup: str, total_kb=8 * 2**20, available_kb=6 * 2**20) -> Path:
+    proc = tmp_path / "proc"
+    write(proc / "meminfo", f"MemTotal: {total_kb} kB\nMemFree: 1 kB\nMemAvailable: {available_kb} kB\n")
+    write(proc / "self" / "cgroup", cgroup)
+    return proc
+
+
+def test_memory_of_a_machine_without_a_cgroup_limit(tmp_path):
+    proc = fake_proc(tmp_path, "0::/system.slice/twinrail-guard.service\n")
+    root = tmp_path / "cg"
+    write(root / "cgroup.controllers", "memory")
+    write(root / "system.slice" / "memory.max", "max")
+    mem = guard_mod.node_memory(str(root), str(proc))
+    assert mem["source"] == "meminfo" and mem["total"] == 8 * 2**30 and mem["used"] == 2 * 2**30
+    assert mem["percent"] == 25.0
+
+
+def test_memory_of_a_container_cgroup_v1_leaves_out_the_page_cache(tmp_path):
+    node = "docker/abc"
+    proc = fake_proc(tmp_path, f"12:memory:/{node}/system.slice/twinrail-guard.service\n"
+                               f"1:name=systemd:/{node}/system.slice/twinrail-guard.service\n")
+    mem_root = tmp_path / "cg" / "memory"
+    write(mem_root / "memory.limit_in_bytes", str(2**63 - 4096))
+    write(mem_root / node / "memory.limit_in_bytes", str(4 * 2**30))
+    write(mem_root / node / "memory.usage_in_bytes", str(3 * 2**30))
+    write(mem_root / node / "memory.stat", f"cache 5\ninactive_file 7\ntotal_inactive_file {2**30}\n")
+    # the unit's own limit is the unit's, not the node's
+    write(mem_root / node / "system.slice" / "twinrail-guard.service" / "memory.limit_in_bytes", str(2**20))
+    mem = guard_mod.node_memory(str(tmp_path / "cg"), str(proc))
+    assert mem["total"] == 4 * 2**30 and mem["used"] == 2 * 2**30 and mem["percent"] == 50.0
+    assert mem["source"].endswith(node)
+
+
+def test_memory_of_a_container_cgroup_v2_namespace(tmp_path):
+    proc = fake_proc(tmp_path, "0::/system.slice/twinrail-guard.service\n")
+    root = tmp_path / "cg"
+    write(root / "cgroup.controllers", "memory")
+    write(root / "memory.max", str(2 * 2**30))
+    write(root / "memory.current", str(2**30 + 100))
+    write(root / "memory.stat", "anon 5\ninactive_file 100\n")
+    mem = guard_mod.node_memory(str(root), str(proc))
+    assert mem["total"] == 2 * 2**30 and mem["used"] == 2**30 and mem["percent"] == 50.0
+
+
+# ---------------------------------------------------------------- processes
+
+
+def test_rpc_server_state_reads_the_process_table(tmp_path):
+    proc = tmp_path / "proc"
+    port = free_port()  # nothing listens there
+    for pid, argv, state in ((10, ["/opt/bin/ggml-rpc-server", "-H", "127.0.0.2", "-p", "1"], "S"),
+                             (11, ["/opt/bin/ggml-rpc-server", "-H", "127.0.0.3", "-p", "1"], "T"),
+                             (12, ["/usr/bin/python3", "ggml-rpc-server"], "R")):
+        write(proc / str(pid) / "cmdline", "\0".join(argv) + "\0")
+        write(proc / str(pid) / "stat", f"{pid} (ggml-rpc-server) {state} 1 1 1 0")
+    stopped = guard_mod.rpc_server_state("127.0.0.3", port, str(proc))
+    assert not stopped["ok"] and "pid 11" in stopped["problem"] and "stopped" in stopped["problem"]
+    gone = guard_mod.rpc_server_state("127.0.0.9", port, str(proc))
+    assert gone == {"address": "127.0.0.9", "ok": False, "problem": "ggml-rpc-server not running"}
+    # running, but not listening (the kernel's socket table, this machine's own)
+    closed = guard_mod.rpc_server_state("127.0.0.2", port, str(proc))
+    assert closed["state"] == "S" and not closed["ok"] and "does not listen on 127.0.0.2" in closed["problem"]
+
+
+def test_listening_reads_the_kernels_socket_table():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.2", 0))
+        port = sock.getsockname()[1]
+        assert not guard_mod.listening("127.0.0.2", port)  # bound, not listening
+        sock.listen()
+        assert guard_mod.listening("127.0.0.2", port)
+        assert not guard_mod.listening("127.0.0.3", port)
+    assert not guard_mod.listening("127.0.0.2", port)
+
+
+# ---------------------------------------------------------------- proxy
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeLlama(http.server.BaseHTTPRequestHandler):
+    """Streams ``tokens`` SSE events ``delay`` s apart; hangs when hang is set."""
+    protocol_version = "HTTP/1.1"
+    hang = threading.Event()
+    tokens, delay = 20, 0.1
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        while self.hang.is_set():
+            time.sleep(0.05)
+        if not body.get("stream"):
+            data = json.dumps({"content": "ok"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(self.tokens):
+            while self.hang.is_set():
+                time.sleep(0.05)
+            event = f"data: {json.dumps({'n': i})}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            time.sleep(self.delay)
+        self.wfile.write(b"0\r\n\r\n")
+
+
+class FakeAgent(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    silent = threading.Event()
+    problem: str | None = None
+    percent = 10.0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        while self.silent.is_set():
+            time.sleep(0.05)
+        rpc = [{"address": "127.0.0.1", "ok": self.problem is None, "problem": self.problem}]
+        data = json.dumps({"rpc": rpc, "memory": {"total": 2**30, "used": 1, "percent": FakeAgent.percent}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def serve(handler) -> tuple[http.server.ThreadingHTTPServer, int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    FakeLlama.hang.clear()
+    FakeAgent.silent.clear()
+    FakeAgent.problem = None
+    FakeAgent.percent = 10.0
+    llama, llama_port = serve(FakeLlama)
+    agent, agent_port = serve(FakeAgent)
+    # the proxy's own node: memory from the stand-in agent's figure too
+    monkeypatch.setattr(guard_mod, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
+    killed = []
+    guard = guard_mod.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
+                            soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=1.0,
+                            restart_grace=60)
+    monkeypatch.setattr(guard, "kill_llama", lambda: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
+    stop = threading.Event()
+    threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
+    proxy, proxy_port = serve(guard_mod.make_proxy_handler(guard))
+    deadline = time.monotonic() + 5
+    while guard.refusal() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield guard, proxy_port, killed
+    FakeLlama.hang.clear()
+    FakeAgent.silent.clear()
+    stop.set()
+    for server in (proxy, agent, llama):
+        server.shutdown()
+
+
+def post(port: int, body: dict, timeout: float = 20):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", "/completion", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    return conn, conn.getresponse()
+
+
+def test_a_stream_passes_through_as_it_comes(cluster):
+    _, port, _ = cluster
+    started = time.monotonic()
+    conn, response = post(port, {"stream": True})
+    arrivals = []
+    while line := response.readline():
+        if line.startswith(b"data: "):
+            arrivals.append(time.monotonic() - started)
+    conn.close()
+    assert response.status == 200 and len(arrivals) == FakeLlama.tokens
+    assert arrivals[0] < arrivals[-1] / 4
+
+
+def test_an_agent_that_falls_silent_ends_new_and_in_flight_requests_with_503(cluster):
+    guard, port, killed = cluster
+    conn, response = post(port, {"stream": True})
+    assert response.status == 200 and response.readline().startswith(b"data: ")
+    FakeLlama.hang.set()  # the master waits for the paused worker
+    FakeAgent.silent.set()  # the worker's node is paused
+    paused = time.monotonic()
+    last = b""
+    while line := response.readline():
+        last = line if line.strip() else last
+    in_flight = time.monotonic() - paused
+    conn.close()
+    event = json.loads(last[len(b"data: "):])
+    assert event["error"]["code"] == 503 and "has not answered" in event["error"]["message"]
+    assert in_flight < 10
+    conn, response = post(port, {"stream": False})
+    body = json.loads(response.read())
+    conn.close()
+    assert response.status == 503 and "worker1 rail 127.0.0.1" in body["error"]["message"]
+    # the worker comes back; llama-server stays hung: killed once, then available
+    FakeAgent.silent.clear()
+    deadline = time.monotonic() + 10
+    while guard.refusal() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert guard.refusal() is None and len(killed) == 1
+    conn, response = post(port, {"stream": False})
+    assert response.status == 200 and json.loads(response.read()) == {"content": "ok"}
+    conn.close()
+
+
+def test_a_non_streamed_request_in_flight_gets_a_503(cluster):
+    _, port, killed = cluster
+    FakeLlama.hang.set()
+    result = {}
+
+    def client():
+        started = time.monotonic()
+        conn, response = post(port, {"stream": False})
+        result.update(status=response.status, body=json.loads(response.read()), took=time.monotonic() - started)
+        conn.close()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(0.5)
+    FakeAgent.problem = "ggml-rpc-server (pid 42) is stopped"
+    thread.join(15)
+    assert result["status"] == 503 and "pid 42" in result["body"]["error"]["message"]
+    assert result["took"] < 10
+
+
+def test_memory_watermarks_refuse_new_then_fail_queued_requests(cluster):
+    guard, port, _ = cluster
+    FakeLlama.delay = 0.3  # two long streams hold both slots
+    try:
+        holders = [post(port, {"stream": True}) for _ in range(2)]
+        assert all(r.status == 200 for _, r in holders)
+        queued = {}
+
+        def client():
+            conn, response = post(port, {"stream": False})
+            queued.update(status=response.status, body=json.loads(response.read()), at=time.monotonic())
+            conn.close()
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        time.sleep(0.5)
+        assert not queued and guard.status()["active"] == 2
+        FakeAgent.percent = 87.0
+        time.sleep(0.6)
+        conn, response = post(port, {"stream": False})
+        body = json.loads(response.read())
+        conn.close()
+        assert response.status == 503 and "soft watermark" in body["error"]["message"]
+        assert "worker1 uses 87.0%" in body["error"]["message"]
+        assert not queued  # past the soft watermark, a queued request still waits
+        FakeAgent.percent = 93.0
+        crossed = time.monotonic()
+        thread.join(5)
+        assert queued["status"] == 503 and "hard watermark, queued request failed" in queued["body"]["error"]["message"]
+        assert queued["at"] - crossed < 2
+        FakeAgent.percent = 10.0
+        for conn, _ in holders:
+            conn.close()
+    finally:
+        FakeLlama.delay = 0.1
