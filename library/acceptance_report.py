@@ -1,0 +1,166 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Write the acceptance report on the controller: JSON, Markdown and a plot."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: acceptance_report
+short_description: Write the acceptance stage's report (acceptance.json, acceptance.md, acceptance.png)
+description:
+  - Runs on the controller with the results of M(acceptance_run).
+  - C(acceptance.json) holds every figure, C(acceptance.md) the table of
+    the seed's acceptance checks (measured, required, verdict), the answers
+    of the functional prompts and the failover drill; C(acceptance.png)
+    plots tokens/s and the memory of every node over the run (matplotlib).
+  - Refuses a destination that exists and is not a directory, or cannot be
+    written, naming it.
+version_added: "0.1.0"
+author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
+options:
+  dest:
+    description: Directory of this run's report (created).
+    type: path
+    required: true
+  results:
+    description: What acceptance_run returned.
+    type: dict
+    required: true
+  context:
+    description: What the report says about the run (cluster, model, thresholds, run id, commit).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Write the report
+  acceptance_report:
+    host: localhost
+    dest: "reports/{{ run_id }}"
+    results: "{{ measured }}"
+    context: {run: "{{ run_id }}", model: "{{ twinrail_model.name }}"}
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+files:
+  description: The paths written.
+  returned: success
+  type: list
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def markdown(results: dict, context: dict) -> str:
+    perf = results.get("performance", {})
+    thresholds = context.get("thresholds", {})
+    failures = results.get("failures", [])
+    lines = [f"# Acceptance: {context.get('model', '')} on {', '.join(context.get('nodes', []))}", "",
+             f"Run `{context.get('run', '')}`, twinrail {context.get('commit', 'unknown')}: "
+             f"**{'PASSED' if not failures else 'FAILED'}**", "",
+             "| check | measured | required |", "|---|---|---|"]
+    rows = [("single-stream decode (tokens/s)", perf.get("single_decode_tps"), thresholds.get("single_decode_tps")),
+            (f"{len(perf.get('per_stream_decode_tps', []))} concurrent streams, aggregate decode (tokens/s)",
+             perf.get("aggregate_decode_tps"), thresholds.get("aggregate_decode_tps")),
+            (f"prefill, {perf.get('prefill_tokens')} tokens (tokens/s)", perf.get("prefill_tps"),
+             thresholds.get("prefill_tps")),
+            ("long context: memory growth (points of the node's memory)",
+             perf.get("long_context_memory_growth_pct"), thresholds.get("max_memory_growth_pct"))]
+    for name, value, required in rows:
+        lines.append(f"| {name} | {value} | {required if required else '-'} |")
+    drill = results.get("drill")
+    if drill:
+        lines += ["", f"## Failover drill ({drill.get('interface')} down on the master, SLA {drill.get('sla_s')} s)", "",
+                  f"- new request: HTTP {drill.get('new_request_status')} after {drill.get('new_request_503_s')} s: "
+                  f"{drill.get('reason', '')}",
+                  f"- stream in flight ended after {drill.get('in_flight_end_s')} s: {drill.get('in_flight_error')}",
+                  f"- service answering again {drill.get('recovery_s')} s after the link came back"]
+    lines += ["", "## Functional prompts", "", "| prompt | answer | tokens | 3-gram repetition | verdict |",
+              "|---|---|---|---|---|"]
+    for item in results.get("functional", []):
+        answer = " ".join(item["answer"].split())[:160].replace("|", "\\|")
+        verdict = "; ".join(item["problems"]) or "ok"
+        lines.append(f"| {item['name']} ({item['kind']}) | {answer} | {item['tokens']} | {item['repetition']} | {verdict} |")
+    long_context = results.get("long_context", {})
+    lines += ["", "## Long context", "",
+              f"{long_context.get('chars')} characters ({long_context.get('prompt_tokens')} tokens) in "
+              f"{long_context.get('seconds')} s; memory growth per node (points): {long_context.get('growth_pct')}",
+              "", "![tokens/s and memory over the run](acceptance.png)", ""]
+    if failures:
+        lines += ["## Failures", ""] + [f"- {f}" for f in failures] + [""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    timeline = results.get("timeline", [])
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
+    times = [s["t"] for s in timeline]
+    top.plot(times, [s["tokens_per_s"] for s in timeline], color="tab:blue")
+    top.set_ylabel("tokens/s (all streams)")
+    hosts = sorted({h for s in timeline for h in s.get("memory_pct", {})})
+    for host in hosts:
+        bottom.plot(times, [s.get("memory_pct", {}).get(host) for s in timeline], label=host)
+    bottom.set_ylabel("memory used (%)")
+    bottom.set_xlabel("seconds")
+    if hosts:
+        bottom.legend(loc="upper left")
+    # the phases, as bands
+    start = None
+    for i, sample in enumerate(timeline + [{"phase": None, "t": times[-1] if times else 0}]):
+        if start is None or sample["phase"] != timeline[start]["phase"]:
+            if start is not None:
+                top.annotate(timeline[start]["phase"], (timeline[start]["t"], 0), fontsize=7, rotation=90,
+                             va="bottom")
+                for axis in (top, bottom):
+                    axis.axvline(timeline[start]["t"], color="grey", linewidth=0.5)
+            start = i if i < len(timeline) else None
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "host": {"type": "str", "required": True},
+            "dest": {"type": "path", "required": True},
+            "results": {"type": "dict", "required": True},
+            "context": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    dest = module.params["dest"]
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        module.fail_json(msg=f"acceptance: {module.params['host']}: report directory {dest} exists and is not a directory")
+    if module.check_mode:
+        module.exit_json(changed=False, files=[])
+    results, context = module.params["results"], module.params["context"]
+    files = [os.path.join(dest, name) for name in ("acceptance.json", "acceptance.md", "acceptance.png")]
+    try:
+        os.makedirs(dest, exist_ok=True)
+        with open(files[0], "w", encoding="utf-8") as handle:
+            json.dump({"context": context, **results}, handle, indent=2)
+        with open(files[1], "w", encoding="utf-8") as handle:
+            handle.write(markdown(results, context))
+        plot(results, files[2])
+    except OSError as exc:
+        module.fail_json(msg=f"acceptance: {module.params['host']}: cannot write the report in {dest}: {exc}")
+    except ImportError as exc:
+        module.fail_json(msg=f"acceptance: {module.params['host']}: the plot needs matplotlib on the controller "
+                             f"(requirements.txt): {exc}")
+    module.exit_json(changed=True, files=files)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,498 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Measure the serving cluster through its proxy: the acceptance table."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: acceptance_run
+short_description: Run the acceptance measurements against the inference service, through its proxy
+description:
+  - Functional prompts (chat and completion) with their answers judged
+    non-empty, free of garbage and of repetition loops (3-gram repetition),
+    and mentioning what a prompt expects.
+  - Single-stream decode tokens/s, the aggregate of concurrent streams,
+    prefill tokens/s (a prompt with a fresh prefix, so no cache helps), all
+    through the proxy (TLS, basic authentication, the guard).
+  - A long prompt with the memory of every node sampled during its
+    generation (from the status of the guard).
+  - Optionally a failover drill on the master itself, one rail's link set
+    down during a stream (the hard case, no TCP reset), the time until a
+    new request gets a 503 and the stream in flight ends, the link set up
+    again and the time until the service answers.
+  - Returns the figures, a timeline (tokens/s and memory) and the list of
+    failures against the thresholds; changes nothing (the drill's link is
+    set up again whatever happens).
+version_added: "0.1.0"
+author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
+options:
+  url:
+    description: The proxy's base URL.
+    type: str
+    required: true
+  user:
+    description: Account of the proxy.
+    type: str
+    required: true
+  password:
+    description: Its password.
+    type: str
+    required: true
+  validate_certs:
+    description: Check the proxy's certificate (off for a self-signed one).
+    type: bool
+    default: true
+  status_url:
+    description: The guard's status (memory of every node), on the master's loopback.
+    type: str
+    required: true
+  model:
+    description: Model name sent in the requests.
+    type: str
+    required: true
+  prompts:
+    description: Functional prompts, each with name, kind (chat or completion), prompt, expect (words) and max_tokens.
+    type: list
+    elements: dict
+    required: true
+  decode_tokens:
+    description: Tokens asked for in the decode measurements.
+    type: int
+    default: 128
+  concurrency:
+    description: Concurrent streams of the aggregate measurement.
+    type: int
+    default: 4
+  prefill_chars:
+    description: Characters of the prefill measurement's prompt.
+    type: int
+    default: 8000
+  long_context_chars:
+    description: Characters of the long-context prompt.
+    type: int
+    default: 128000
+  sample_interval:
+    description: Seconds between samples of the timeline.
+    type: float
+    default: 0.5
+  max_repetition:
+    description: Largest share of repeated 3-grams an answer may have.
+    type: float
+    default: 0.3
+  max_garbage:
+    description: Largest share of non-text characters an answer may have.
+    type: float
+    default: 0.02
+  thresholds:
+    description: single_decode_tps, aggregate_decode_tps, prefill_tps, max_memory_growth_pct (absent or 0 for no gate).
+    type: dict
+    default: {}
+  drill:
+    description: Failover drill, with enabled, interface (a rail interface of the master), sla (seconds) and recovery_timeout.
+    type: dict
+    default: {enabled: false}
+  timeout:
+    description: Seconds a single request may take.
+    type: int
+    default: 900
+"""
+
+EXAMPLES = r"""
+- name: Measure the service
+  acceptance_run:
+    host: "{{ inventory_hostname }}"
+    url: https://127.0.0.1:443
+    user: operator
+    password: "{{ vault_service_password }}"
+    validate_certs: false
+    status_url: http://127.0.0.1:8081/twinrail/status
+    model: deepseek-v3-q4
+    prompts:
+      - {name: geography, kind: chat, prompt: "What is the capital of France?", expect: [Paris], max_tokens: 32}
+    thresholds: {single_decode_tps: 75, aggregate_decode_tps: 130, prefill_tps: 2000}
+  no_log: true
+"""
+
+RETURN = r"""
+functional:
+  description: Each prompt with its answer, tokens, repetition, garbage share and problems.
+  returned: success
+  type: list
+performance:
+  description: single_decode_tps, aggregate_decode_tps, prefill_tps and how they were measured.
+  returned: success
+  type: dict
+long_context:
+  description: Prompt size, tokens, memory before, peak and growth per node.
+  returned: success
+  type: dict
+drill:
+  description: new_request_503_s, in_flight_end_s, recovery_s and the 503's reason.
+  returned: when the drill ran
+  type: dict
+timeline:
+  description: Samples of phase, seconds, tokens/s and memory percent per node.
+  returned: success
+  type: list
+failures:
+  description: One sentence per failed check.
+  returned: always
+  type: list
+"""
+
+import base64
+import json
+import random
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
+except ImportError:  # the unit tests import module_utils directly
+    from acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
+
+WORDS = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "iris", "juniper",
+         "kelp", "lagoon", "meadow", "nickel", "orchid", "pylon", "quartz", "river", "saffron", "tundra")
+
+
+def filler(chars: int, seed: int) -> str:
+    """Varied, readable text of about ``chars`` characters (a fresh seed: no prompt cache helps)."""
+    rng = random.Random(seed)
+    parts, size, i = [], 0, 0
+    while size < chars:
+        a, b, c = rng.sample(WORDS, 3)
+        line = f"Entry {seed % 997}-{i}: the {a} station reported {rng.randint(2, 9999)} readings near the {b} and the {c}. "
+        parts.append(line)
+        size += len(line)
+        i += 1
+    return "".join(parts)[:chars]
+
+
+class Client:
+    def __init__(self, url, user, password, validate_certs, timeout):
+        self.url = url.rstrip("/")
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.context = ssl.create_default_context()
+        if not validate_certs:
+            self.context.check_hostname = False
+            self.context.verify_mode = ssl.CERT_NONE
+        self.timeout = timeout
+
+    def open(self, path, body, timeout=None):
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json", "Authorization": self.auth})
+        return urllib.request.urlopen(request, timeout=timeout or self.timeout, context=self.context)
+
+    def post(self, path, body, timeout=None):
+        """(status, json) whatever the status."""
+        try:
+            with self.open(path, body, timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            data = exc.read()
+            try:
+                return exc.code, json.loads(data)
+            except ValueError:
+                return exc.code, {"error": {"message": data.decode(errors="replace")[:300]}}
+
+    def stream(self, body, on_token, timeout=None):
+        """Stream a chat completion; on_token() per content chunk. Returns
+        (text, last event, finished)."""
+        text, last, finished = [], {}, False
+        with self.open("/v1/chat/completions", dict(body, stream=True), timeout) as response:
+            for raw in response:
+                line = raw.decode(errors="replace").strip()
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    finished = True
+                    continue
+                event = json.loads(line[6:])
+                last = event
+                if "error" in event:
+                    break
+                choice = (event.get("choices") or [{}])[0]
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    text.append(content)
+                    on_token()
+                if choice.get("finish_reason"):
+                    finished = True
+        return "".join(text), last, finished
+
+
+class Sampler(threading.Thread):
+    """Tokens/s and the memory of every node, every interval, while a phase runs."""
+
+    def __init__(self, status_url, interval):
+        super().__init__(daemon=True)
+        self.status_url, self.interval = status_url, interval
+        self.tokens = 0
+        self.lock = threading.Lock()
+        self.samples = []
+        self.phase = "idle"
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+
+    def token(self):
+        with self.lock:
+            self.tokens += 1
+
+    def memory(self):
+        try:
+            with urllib.request.urlopen(self.status_url, timeout=2) as response:
+                status = json.loads(response.read())
+            return {host: mem["percent"] for host, mem in status.get("memory", {}).items()}, \
+                {host: mem["used"] for host, mem in status.get("memory", {}).items()}
+        except (OSError, ValueError):
+            return {}, {}
+
+    def run(self):
+        last_tokens, last_time = 0, time.monotonic()
+        while not self.stop.wait(self.interval):
+            now = time.monotonic()
+            with self.lock:
+                tokens = self.tokens
+            pct, used = self.memory()
+            self.samples.append({"phase": self.phase, "t": round(now - self.started, 2),
+                                 "tokens_per_s": round((tokens - last_tokens) / max(now - last_time, 1e-6), 1),
+                                 "memory_pct": pct, "memory_used": used})
+            last_tokens, last_time = tokens, now
+
+
+def functional(client, model, prompts, max_repetition, max_garbage):
+    results, failures = [], []
+    for item in prompts:
+        kind, tokens = item.get("kind", "chat"), int(item.get("max_tokens", 64))
+        if kind == "completion":
+            status, data = client.post("/completion", {"prompt": item["prompt"], "n_predict": tokens,
+                                                      "temperature": 0, "cache_prompt": False})
+            answer = data.get("content", "")
+            generated = data.get("tokens_predicted", 0)
+        else:
+            status, data = client.post("/v1/chat/completions", {
+                "model": model, "messages": [{"role": "user", "content": item["prompt"]}],
+                "max_tokens": tokens, "temperature": 0})
+            answer = ((data.get("choices") or [{}])[0].get("message") or {}).get("content", "")
+            generated = (data.get("usage") or {}).get("completion_tokens", 0)
+        problems = ([f"HTTP {status}: {(data.get('error') or {}).get('message', '')}"] if status != 200 else
+                    judge_answer(answer, item.get("expect", []), max_repetition, max_garbage))
+        results.append({"name": item["name"], "kind": kind, "prompt": item["prompt"], "answer": answer,
+                        "tokens": generated, "repetition": ngram_repetition(answer),
+                        "garbage": garbage_share(answer), "problems": problems})
+        failures += [f"functional prompt {item['name']!r}: {p} (answer: {answer[:120]!r})" for p in problems]
+    return results, failures
+
+
+def run(module):
+    p = module.params
+    client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"])
+    sampler = Sampler(p["status_url"], p["sample_interval"])
+    sampler.start()
+    failures = []
+    seed = int(time.time())
+    story = {"model": p["model"], "temperature": 0.7, "ignore_eos": True, "max_tokens": p["decode_tokens"],
+             "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]}
+
+    sampler.phase = "functional"
+    answers, problems = functional(client, p["model"], p["prompts"], p["max_repetition"], p["max_garbage"])
+    failures += problems
+
+    sampler.phase = "single stream"
+    perf = {}
+    started = time.monotonic()
+    text, last, finished = client.stream(story, sampler.token)
+    timings = last.get("timings") or {}
+    perf["single_decode_tps"] = round(timings.get("predicted_per_second", 0.0), 2)
+    perf["single_tokens"] = timings.get("predicted_n")
+    perf["single_wall_s"] = round(time.monotonic() - started, 2)
+    if not finished:
+        failures.append(f"single stream: ended without finishing ({last.get('error', last)})")
+
+    sampler.phase = f"{p['concurrency']} streams"
+    outcomes = [None] * p["concurrency"]
+
+    def one(i):
+        try:
+            outcomes[i] = client.stream(story, sampler.token)
+        except (OSError, ValueError) as exc:
+            outcomes[i] = ("", {"error": str(exc)}, False)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(p["concurrency"])]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+    tokens = sum((o[1].get("timings") or {}).get("predicted_n", 0) for o in outcomes)
+    perf["aggregate_decode_tps"] = round(tokens / wall, 2) if wall else 0.0
+    perf["aggregate_tokens"], perf["aggregate_wall_s"] = tokens, round(wall, 2)
+    perf["per_stream_decode_tps"] = [round((o[1].get("timings") or {}).get("predicted_per_second", 0.0), 2)
+                                     for o in outcomes]
+    failures += [f"concurrent stream {i + 1}: ended without finishing ({o[1].get('error', '')})"
+                 for i, o in enumerate(outcomes) if not o[2]]
+
+    sampler.phase = "prefill"
+    status, data = client.post("/v1/chat/completions", {
+        "model": p["model"], "max_tokens": 1, "temperature": 0,
+        "messages": [{"role": "user", "content": filler(p["prefill_chars"], seed) + "\nSay OK."}]})
+    timings = data.get("timings") or {}
+    perf["prefill_tps"] = round(timings.get("prompt_per_second", 0.0), 2)
+    perf["prefill_tokens"] = timings.get("prompt_n")
+    if status != 200:
+        failures.append(f"prefill: HTTP {status}: {(data.get('error') or {}).get('message', '')}")
+
+    sampler.phase = "long context"
+    before = sampler.memory()[1]
+    mark = len(sampler.samples)
+    long_prompt = filler(p["long_context_chars"], seed + 1)
+    started = time.monotonic()
+    try:
+        text, last, finished = client.stream({
+            "model": p["model"], "max_tokens": 64, "temperature": 0,
+            "messages": [{"role": "user", "content": long_prompt + "\nWhich station reported the most readings?"}]},
+            sampler.token)
+    except (OSError, ValueError) as exc:
+        text, last, finished = "", {"error": str(exc)}, False
+    time.sleep(p["sample_interval"] * 2)
+    during = sampler.samples[mark:]
+    peak = {host: max([s["memory_used"].get(host, 0) for s in during] + [before.get(host, 0)]) for host in before}
+    totals = {}
+    try:
+        with urllib.request.urlopen(p["status_url"], timeout=2) as response:
+            totals = {h: m["total"] for h, m in json.loads(response.read()).get("memory", {}).items()}
+    except (OSError, ValueError):
+        pass
+    growth = {host: round(100.0 * (peak[host] - before[host]) / totals[host], 2) for host in before if host in totals}
+    long_context = {"chars": len(long_prompt), "prompt_tokens": (last.get("timings") or {}).get("prompt_n"),
+                    "seconds": round(time.monotonic() - started, 2), "answer": text[:200],
+                    "memory_before": before, "memory_peak": peak, "growth_pct": growth}
+    if not finished:
+        failures.append(f"long context: the generation did not finish ({last.get('error', last)})")
+    perf["long_context_memory_growth_pct"] = max(growth.values()) if growth else None
+
+    failures += verdicts(perf, p["thresholds"])
+
+    drill = None
+    if p["drill"].get("enabled"):
+        sampler.phase = "failover drill"
+        drill = failover_drill(module, client, story, p["drill"], sampler)
+        failures += drill.pop("failures")
+
+    sampler.stop.set()
+    sampler.join()
+    return {"functional": answers, "performance": perf, "long_context": long_context, "drill": drill,
+            "timeline": [{k: v for k, v in s.items() if k != "memory_used"} for s in sampler.samples],
+            "failures": failures}
+
+
+def failover_drill(module, client, story, drill, sampler):
+    interface, sla = drill["interface"], float(drill.get("sla", 10))
+    result = {"interface": interface, "sla_s": sla, "failures": []}
+    outcome = {}
+    first = threading.Event()
+
+    def streamer():
+        def token():
+            sampler.token()
+            first.set()
+        try:
+            outcome["result"] = client.stream(dict(story, max_tokens=4000), token, timeout=300)
+        except (OSError, ValueError) as exc:
+            outcome["result"] = ("", {"error": str(exc)}, False)
+        outcome["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=streamer, daemon=True)
+    thread.start()
+    if not first.wait(120):
+        result["failures"].append("failover drill: the stream to interrupt did not start within 120 s")
+        return result
+    cut = time.monotonic()
+    module.run_command(["ip", "link", "set", "dev", interface, "down"], check_rc=True)
+    try:
+        status, data = client.post("/v1/chat/completions", {
+            "model": story["model"], "max_tokens": 4, "messages": [{"role": "user", "content": "Say yes."}]},
+            timeout=60)
+        result["new_request_503_s"] = round(time.monotonic() - cut, 2)
+        result["new_request_status"] = status
+        result["reason"] = (data.get("error") or {}).get("message", "")
+        thread.join(sla + 20)
+        ended = outcome.get("ended")
+        result["in_flight_end_s"] = round(ended - cut, 2) if ended else None
+        last = outcome.get("result", ("", {}, False))[1]
+        result["in_flight_error"] = (last.get("error") or {}).get("message") if isinstance(last.get("error"), dict) \
+            else last.get("error")
+    finally:
+        back = time.monotonic()
+        module.run_command(["ip", "link", "set", "dev", interface, "up"], check_rc=True)
+    recovered = None
+    while time.monotonic() - back < float(drill.get("recovery_timeout", 180)):
+        status, data = client.post("/v1/chat/completions", {
+            "model": story["model"], "max_tokens": 4, "messages": [{"role": "user", "content": "Say yes."}]},
+            timeout=60)
+        if status == 200:
+            recovered = time.monotonic() - back
+            break
+        time.sleep(0.5)
+    result["recovery_s"] = round(recovered, 2) if recovered is not None else None
+    if result["new_request_status"] != 503 or result["new_request_503_s"] > sla:
+        result["failures"].append(
+            f"failover drill ({interface} down on the master): a new request got HTTP {result['new_request_status']} "
+            f"after {result['new_request_503_s']} s, a 503 within {sla} s required")
+    if result["in_flight_end_s"] is None or result["in_flight_end_s"] > sla:
+        result["failures"].append(
+            f"failover drill ({interface} down on the master): the stream in flight ended after "
+            f"{result['in_flight_end_s']} s, within {sla} s required")
+    if recovered is None:
+        result["failures"].append(f"failover drill: the service did not answer within "
+                                  f"{drill.get('recovery_timeout', 180)} s of {interface} coming back")
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "host": {"type": "str", "required": True},
+            "url": {"type": "str", "required": True},
+            "user": {"type": "str", "required": True},
+            "password": {"type": "str", "required": True, "no_log": True},
+            "validate_certs": {"type": "bool", "default": True},
+            "status_url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "prompts": {"type": "list", "elements": "dict", "required": True},
+            "decode_tokens": {"type": "int", "default": 128},
+            "concurrency": {"type": "int", "default": 4},
+            "prefill_chars": {"type": "int", "default": 8000},
+            "long_context_chars": {"type": "int", "default": 128000},
+            "sample_interval": {"type": "float", "default": 0.5},
+            "max_repetition": {"type": "float", "default": 0.3},
+            "max_garbage": {"type": "float", "default": 0.02},
+            "thresholds": {"type": "dict", "default": {}},
+            "drill": {"type": "dict", "default": {"enabled": False}},
+            "timeout": {"type": "int", "default": 900},
+        },
+        supports_check_mode=True,
+    )
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, failures=[],
+                         msg="acceptance: measurements are not run in check mode")
+    try:
+        result = run(module)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"acceptance: {module.params['host']}: {module.params['url']}: {exc}",
+                         failures=[str(exc)])
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
