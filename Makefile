@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge bench-weights bench-service clean
+        molecule bench-converge bench-weights bench-service bench-acceptance clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -82,6 +82,9 @@ bench-weights: prereqs venv bundle
 # needs the lab with the service stage converged (make lab)
 bench-service: venv
 	$(BIN)/python tools/bench_service.py
+
+bench-acceptance: venv
+	$(BIN)/python tools/bench_acceptance.py --runs 3
 
 clean: lab-down
 	rm -rf .cache

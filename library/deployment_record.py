@@ -1,0 +1,221 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Write the node's deployment record: what is deployed, named by its content."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deployment_record
+short_description: Record what is deployed on a node (the seed's deployment record)
+description:
+  - Reads what the node runs, kernel, distribution, the versions of the
+    RDMA stack packages, the firmware of each rail's NIC where ethtool reads
+    it, the runtime release behind C(current) with its manifest, every
+    model's current revision with the sha256 of its manifest, the service
+    configuration's version, and adds what the controller knows (the
+    bandwidth baseline, the twinrail commit).
+  - Writes it as C(<dir>/<digest>.json), the digest being that of the
+    content without the time, and points C(<dir>/current) at it; a node
+    whose deployment did not change keeps its record (no change).
+    C(<dir>/history.json) lists the records in the order they became
+    current; rollback reads the one before.
+version_added: "0.1.0"
+author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_host
+options:
+  dir:
+    description: Directory of the records on the node.
+    type: path
+    default: /var/lib/twinrail/deployments
+  runtime_root:
+    description: Directory of the runtime releases (with a current link).
+    type: path
+    required: true
+  weights_root:
+    description: Directory of the models (<model>/current, .twinrail-manifests).
+    type: path
+    required: true
+  config_root:
+    description: Directory of the service configuration versions (with a current link).
+    type: path
+    default: /etc/twinrail/service
+  interfaces:
+    description: Rail interfaces whose NIC firmware to read.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description: Packages whose installed versions to record.
+    type: list
+    elements: str
+    default: [rdma-core, ibverbs-providers, libibverbs1, perftest, infiniband-diags]
+  extra:
+    description: What the controller adds to what is deployed (the twinrail commit).
+    type: dict
+    default: {}
+  informational:
+    description: Kept in a new record but not part of its digest (the bandwidth baseline, measured anew each run).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Record what is deployed
+  deployment_record:
+    host: "{{ inventory_hostname }}"
+    runtime_root: /opt/twinrail/runtime
+    weights_root: /srv/twinrail/models
+    interfaces: [ens1f0np0, ens1f1np1]
+    extra: {twinrail_commit: "{{ commit }}"}
+    informational: {bandwidth_baseline: "{{ baseline }}"}
+"""
+
+RETURN = r"""
+record:
+  description: The record.
+  returned: always
+  type: dict
+path:
+  description: Where it is on the node.
+  returned: always
+  type: str
+digest:
+  description: Its name (digest of the content without the time).
+  returned: always
+  type: str
+"""
+
+import hashlib
+import json
+import os
+import platform
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def os_release():
+    values = {}
+    try:
+        with open("/etc/os-release", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.strip().partition("=")
+                values[key] = value.strip('"')
+    except OSError:
+        pass
+    return {"id": values.get("ID"), "version": values.get("VERSION_ID"), "name": values.get("PRETTY_NAME")}
+
+
+def link_target(path):
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return None
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def collect(module):
+    p = module.params
+    packages = {}
+    for name in p["packages"]:
+        rc, out, _ = module.run_command(["dpkg-query", "-W", "-f", "${Version}", name])
+        packages[name] = out.strip() if rc == 0 and out.strip() else None
+    firmware = {}
+    ethtool = module.get_bin_path("ethtool")
+    for interface in p["interfaces"]:
+        firmware[interface] = None
+        if ethtool:
+            rc, out, _ = module.run_command([ethtool, "-i", interface])
+            for line in out.splitlines() if rc == 0 else []:
+                key, _, value = line.partition(":")
+                if key.strip() == "firmware-version":
+                    firmware[interface] = value.strip() or None
+    release = link_target(os.path.join(p["runtime_root"], "current"))
+    manifest = read_json(os.path.join(p["runtime_root"], "current", "manifest.json")) if release else None
+    models = {}
+    if os.path.isdir(p["weights_root"]):
+        for model in sorted(os.listdir(p["weights_root"])):
+            revision = link_target(os.path.join(p["weights_root"], model, "current"))
+            if revision:
+                manifest_path = os.path.join(p["weights_root"], model, ".twinrail-manifests", revision + ".sha256")
+                models[model] = {"revision": revision, "manifest_sha256": sha256_file(manifest_path)}
+    return {
+        "host": p["host"],
+        "kernel": platform.release(),
+        "distribution": os_release(),
+        "packages": packages,
+        "nic_firmware": firmware,
+        "runtime": {"release": release, "manifest": manifest},
+        "models": models,
+        "config_version": link_target(os.path.join(p["config_root"], "current")),
+        **p["extra"],
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "host": {"type": "str", "required": True},
+            "dir": {"type": "path", "default": "/var/lib/twinrail/deployments"},
+            "runtime_root": {"type": "path", "required": True},
+            "weights_root": {"type": "path", "required": True},
+            "config_root": {"type": "path", "default": "/etc/twinrail/service"},
+            "interfaces": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "list", "elements": "str",
+                         "default": ["rdma-core", "ibverbs-providers", "libibverbs1", "perftest", "infiniband-diags"]},
+            "extra": {"type": "dict", "default": {}},
+            "informational": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    content = collect(module)
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    path = os.path.join(p["dir"], digest + ".json")
+    current = os.path.join(p["dir"], "current")
+    history_path = os.path.join(p["dir"], "history.json")
+    existing = read_json(path)
+    record = existing or dict(content, **p["informational"], digest=digest,
+                              recorded=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    changed = existing is None or link_target(current) != digest + ".json"
+    if changed and not module.check_mode:
+        try:
+            os.makedirs(p["dir"], mode=0o755, exist_ok=True)
+            if existing is None:
+                with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                    json.dump(record, handle, indent=2, sort_keys=True)
+                os.rename(path + ".tmp", path)
+            history = read_json(history_path) or []
+            history.append({"digest": digest, "current_since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            with open(history_path + ".tmp", "w", encoding="utf-8") as handle:
+                json.dump(history, handle, indent=2)
+            os.rename(history_path + ".tmp", history_path)
+            os.symlink(digest + ".json", current + ".tmp")
+            os.rename(current + ".tmp", current)
+        except OSError as exc:
+            module.fail_json(msg=f"deployment record: {p['host']}: cannot write {p['dir']}: {exc}")
+    module.exit_json(changed=changed, record=record, path=path, digest=digest)
+
+
+if __name__ == "__main__":
+    main()

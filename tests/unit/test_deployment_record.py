@@ -1,0 +1,70 @@
+"""deployment_record, run as Ansible runs it (a process reading its JSON
+arguments) on a directory tree standing in for a node."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODULE = Path(__file__).resolve().parents[2] / "library" / "deployment_record.py"
+
+
+def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
+    args = {"host": "node1", "dir": str(tmp_path / "records"), "runtime_root": str(tmp_path / "runtime"),
+            "weights_root": str(tmp_path / "models"), "config_root": str(tmp_path / "service"),
+            "interfaces": [], "packages": [], "_ansible_check_mode": check_mode, **extra}
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    out = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True, check=False)
+    return json.loads(out.stdout)
+
+
+def deploy(tmp_path: Path, release: str, config: str) -> None:
+    (tmp_path / "runtime" / release).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runtime" / release / "manifest.json").write_text(json.dumps({"build_id": release}))
+    (tmp_path / "models" / "m" / ".twinrail-manifests").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "models" / "m" / ".twinrail-manifests" / "r1.sha256").write_text("abc  w.gguf\n")
+    (tmp_path / "service" / config).mkdir(parents=True, exist_ok=True)
+    for link, target in ((tmp_path / "runtime" / "current", release), (tmp_path / "models" / "m" / "current", "r1"),
+                         (tmp_path / "service" / "current", config)):
+        if link.is_symlink():
+            link.unlink()
+        os.symlink(target, link)
+
+
+def test_a_record_by_content_then_no_change_then_a_new_one(tmp_path):
+    deploy(tmp_path, "build-a", "cfg1")
+    first = run(tmp_path, extra={"twinrail_commit": "c0ffee"}, informational={"bandwidth_baseline": {"run": "1"}})
+    assert first["changed"] and "failed" not in first
+    record = first["record"]
+    assert record["runtime"] == {"release": "build-a", "manifest": {"build_id": "build-a"}}
+    assert record["models"]["m"]["revision"] == "r1" and len(record["models"]["m"]["manifest_sha256"]) == 64
+    assert record["config_version"] == "cfg1" and record["twinrail_commit"] == "c0ffee"
+    assert os.readlink(tmp_path / "records" / "current") == f"{first['digest']}.json"
+    # a new bandwidth measurement is not a new deployment
+    again = run(tmp_path, extra={"twinrail_commit": "c0ffee"}, informational={"bandwidth_baseline": {"run": "2"}})
+    assert not again["changed"] and again["digest"] == first["digest"]
+    assert again["record"]["bandwidth_baseline"] == {"run": "1"}
+    # check mode: says it would change, writes nothing
+    deploy(tmp_path, "build-b", "cfg2")
+    checked = run(tmp_path, check_mode=True, extra={"twinrail_commit": "c0ffee"})
+    assert checked["changed"] and not Path(checked["path"]).exists()
+    second = run(tmp_path, extra={"twinrail_commit": "c0ffee"})
+    assert second["changed"] and second["digest"] != first["digest"]
+    history = json.loads((tmp_path / "records" / "history.json").read_text())
+    assert [h["digest"] for h in history] == [first["digest"], second["digest"]]
+    # going back makes the old record current again, without rewriting it
+    deploy(tmp_path, "build-a", "cfg1")
+    back = run(tmp_path, extra={"twinrail_commit": "c0ffee"})
+    assert back["changed"] and back["digest"] == first["digest"] and back["record"]["recorded"] == record["recorded"]
+    assert len(json.loads((tmp_path / "records" / "history.json").read_text())) == 3
+
+
+def test_an_unwritable_directory_names_the_host(tmp_path):
+    deploy(tmp_path, "build-a", "cfg1")
+    (tmp_path / "file").write_text("x")
+    out = run(tmp_path, dir=str(tmp_path / "file" / "records"))
+    assert out["failed"] and out["msg"].startswith("deployment record: node1: cannot write ")
