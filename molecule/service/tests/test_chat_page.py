@@ -63,7 +63,7 @@ def test_a_message_gets_a_streamed_answer_and_the_second_turn_carries_the_first(
     page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/chat/completions") else None)
     page.goto(URL)
     assert page.url.endswith("/chat/") and page.title() == "twinrail chat"
-    seen = say(page, "My name is Ada. Say hello to me in one short sentence.")
+    seen = say(page, "My name is Ada. Say hello to me, then tell me one fact about the sea.")
     first = page.locator(".message.assistant").last
     assert first.get_attribute("data-state") == "done", page.inner_text("#error")
     answer = first.evaluate("e => e.firstChild.textContent")
