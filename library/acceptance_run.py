@@ -248,13 +248,13 @@ class Sampler(threading.Thread):
             self.tokens += 1
 
     def memory(self):
+        """Every node's memory from the guard: percent, used and total bytes per node."""
         try:
             with urllib.request.urlopen(self.status_url, timeout=2) as response:
-                status = json.loads(response.read())
-            return {host: mem["percent"] for host, mem in status.get("memory", {}).items()}, \
-                {host: mem["used"] for host, mem in status.get("memory", {}).items()}
+                nodes = json.loads(response.read()).get("memory", {})
         except (OSError, ValueError):
-            return {}, {}
+            nodes = {}
+        return tuple({host: mem[key] for host, mem in nodes.items()} for key in ("percent", "used", "total"))
 
     def run(self):
         last_tokens, last_time = 0, time.monotonic()
@@ -262,7 +262,7 @@ class Sampler(threading.Thread):
             now = time.monotonic()
             with self.lock:
                 tokens = self.tokens
-            pct, used = self.memory()
+            pct, used, _ = self.memory()
             self.samples.append({"phase": self.phase, "t": round(now - self.started, 2),
                                  "tokens_per_s": round((tokens - last_tokens) / max(now - last_time, 1e-6), 1),
                                  "memory_pct": pct, "memory_used": used})
@@ -367,12 +367,7 @@ def run(module):
     time.sleep(p["sample_interval"] * 2)
     during = sampler.samples[mark:]
     peak = {host: max([s["memory_used"].get(host, 0) for s in during] + [before.get(host, 0)]) for host in before}
-    totals = {}
-    try:
-        with urllib.request.urlopen(p["status_url"], timeout=2) as response:
-            totals = {h: m["total"] for h, m in json.loads(response.read()).get("memory", {}).items()}
-    except (OSError, ValueError):
-        pass
+    totals = sampler.memory()[2]
     growth = {host: round(100.0 * (peak[host] - before[host]) / totals[host], 2) for host in before if host in totals}
     long_context = {"chars": len(long_prompt), "prompt_tokens": (last.get("timings") or {}).get("prompt_n"),
                     "seconds": round(time.monotonic() - started, 2), "answer": text[:200],

@@ -95,6 +95,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+try:
+    from ansible.module_utils.weights_sums import sha256_file
+except ImportError:  # the unit tests run it with module_utils on the path
+    from weights_sums import sha256_file
+
 
 def read_json(path):
     try:
@@ -123,15 +128,12 @@ def link_target(path):
         return None
 
 
-def sha256_file(path):
-    digest = hashlib.sha256()
+def manifest_digest(path):
+    """The sha256 of a weight set's manifest, None when it is not there."""
     try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        return sha256_file(path)
     except OSError:
         return None
-    return digest.hexdigest()
 
 
 def collect(module):
@@ -158,7 +160,7 @@ def collect(module):
             revision = link_target(os.path.join(p["weights_root"], model, "current"))
             if revision:
                 manifest_path = os.path.join(p["weights_root"], model, ".twinrail-manifests", revision + ".sha256")
-                models[model] = {"revision": revision, "manifest_sha256": sha256_file(manifest_path)}
+                models[model] = {"revision": revision, "manifest_sha256": manifest_digest(manifest_path)}
     return {
         "host": p["host"],
         "kernel": platform.release(),

@@ -135,9 +135,11 @@ try:
     from ansible.module_utils.system_backups import (COMPRESSORS, BackupError, archive_name, estimate,
                                                      excluded, existing, needs_backup, newest_complete,
                                                      tar_create_argv, tar_extract_argv, to_delete)
+    from ansible.module_utils.weights_sums import sha256_file
 except ImportError:  # the unit tests import module_utils directly
     from system_backups import (COMPRESSORS, BackupError, archive_name, estimate, excluded, existing,
                                 needs_backup, newest_complete, tar_create_argv, tar_extract_argv, to_delete)
+    from weights_sums import sha256_file
 
 BLOCK = 1 << 20
 
@@ -151,14 +153,6 @@ def check_target(host, target):
             pass
     except OSError as exc:
         raise BackupError(f"{host}: target {target} is not writable: {exc.strerror or exc}") from exc
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_back(path, compression):
@@ -271,7 +265,7 @@ def restored(module, p):
     if chosen is None:
         raise BackupError(f"{p['host']}: no backup named {p['backup']} in {p['target']}; there are "
                           f"{', '.join(b['name'] for b in complete)}")
-    actual = sha256_of(chosen["path"])
+    actual = sha256_file(chosen["path"])
     if actual != chosen["meta"]["sha256"]:
         raise BackupError(f"{p['host']}: {chosen['path']}: sha256 {actual}, recorded {chosen['meta']['sha256']}: "
                           "the archive is damaged, nothing restored")

@@ -18,7 +18,9 @@ def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
             "interfaces": [], "packages": [], "_ansible_check_mode": check_mode, **extra}
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    out = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True, check=False)
+    env = dict(os.environ, PYTHONPATH=str(MODULE.parents[1] / "module_utils"))
+    out = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True, check=False,
+                         env=env)
     return json.loads(out.stdout)
 
 

@@ -51,7 +51,7 @@ def test_a_backup_is_taken_checked_and_described(tmp_path, tree):
     assert changed and result["taken"] and result["reason"] == "no backup yet (first deploy)"
     backup = result["backup"]
     assert backup["name"].startswith("system-") and backup["name"].endswith(".tar.zst")
-    assert sb.sha256_of(backup["path"]) == backup["sha256"]
+    assert sb.sha256_file(backup["path"]) == backup["sha256"]
     assert open(backup["path"] + ".sha256").read() == f"{backup['sha256']}  {backup['name']}\n"
     assert json.load(open(backup["path"] + ".json"))["fingerprint"] == "f1"
     listing = os.popen(f"zstd -dc {backup['path']} | tar -tv").read()
