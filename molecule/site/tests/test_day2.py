@@ -1,11 +1,14 @@
 """Day 2 on the converged lab: stop.yml stops the service in the reverse of
 its startup order (the master's proxy, guard and llama-server before the
-workers' agent and RPC servers), and the service stage starts it again."""
+workers' agent and RPC servers), and the service stage starts it again;
+rollback.yml after a configuration change and after a second runtime
+build."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -85,3 +88,107 @@ def test_rollback_puts_every_node_back_on_the_previous_deployment(host):
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "service")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert {c: config_version(c) for c in before} == {c: before[c][0] for c in before}
+
+
+def release(container: str) -> str:
+    return subprocess.run(["docker", "exec", container, "readlink", "/opt/twinrail/runtime/current"],
+                          capture_output=True, text=True, check=True).stdout.strip().rsplit("/", 1)[-1]
+
+
+def manifest(container: str, build_id: str) -> dict:
+    out = subprocess.run(["docker", "exec", container, "cat", f"/opt/twinrail/runtime/{build_id}/manifest.json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def running_release(container: str, unit: str) -> str:
+    """The release whose binary the unit's main process runs (the units start
+    runtime/current/bin/..., resolved by the kernel at exec)."""
+    pid = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert pid not in ("", "0"), (container, unit)
+    # as the process's own user: root here has no CAP_SYS_PTRACE to read it
+    user = subprocess.run(["docker", "exec", container, "ps", "-o", "user=", "-p", pid],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    exe = subprocess.run(["docker", "exec", "-u", user, container, "readlink", f"/proc/{pid}/exe"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    match = re.fullmatch(r"/opt/twinrail/runtime/([0-9a-f]{16})/bin/[a-z-]+", exe)
+    assert match, (container, unit, exe)
+    return match.group(1)
+
+
+def completion(prompt: str) -> dict:
+    """A short completion through the guard on the master."""
+    code = ("import json, urllib.request as u\n"
+            "r = u.Request('http://127.0.0.1:8081/completion', method='POST',"
+            " headers={'Content-Type': 'application/json'},"
+            f" data=json.dumps({{'prompt': {prompt!r}, 'n_predict': 8, 'temperature': 0}}).encode())\n"
+            "print(u.urlopen(r, timeout=120).read().decode())\n")
+    out = subprocess.run(["docker", "exec", MASTER, "python3", "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-1000:]
+    return json.loads(out.stdout)
+
+
+UNITS = ((MASTER, "twinrail-llama.service"), (WORKER, "twinrail-rpc@198.19.0.2.service"),
+         (WORKER, "twinrail-rpc@198.19.1.2.service"))
+
+
+def test_rollback_after_a_second_runtime_build(host):
+    """A second build of the runtime with another option (the ISA level),
+    deployed on both nodes, then rollback.yml: both nodes
+    run the first build-id again, the record is the one before, the service
+    answers, and the site run as it is changes nothing."""
+    first = {c: (release(c), record(c)["digest"]) for c in (MASTER, WORKER)}
+    assert len({r for r, _ in first.values()}) == 1, first
+    first_build = first[MASTER][0]
+    assert {running_release(c, u) for c, u in UNITS} == {first_build}
+    flags = '{"runtime_build_isa_flags": ["-march=x86-64-v2", "-mtune=generic"]}'
+    proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime,service", "-e", flags)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    second = {c: (release(c), record(c)["digest"]) for c in (MASTER, WORKER)}
+    second_build = second[MASTER][0]
+    assert second_build != first_build and second[WORKER][0] == second_build, (first, second)
+    assert all(second[c][1] != first[c][1] for c in second), (first, second)
+    assert manifest(WORKER, second_build)["isa_flags"] == ["-march=x86-64-v2", "-mtune=generic"]
+    assert record(WORKER)["runtime"]["release"] == second_build
+    # the units were restarted on the new build, not left on the old binaries
+    assert {running_release(c, u) for c, u in UNITS} == {second_build}
+    assert completion("The capital of France is")["content"].strip()
+
+    # the first build's RPC server damaged on the worker: refused on every
+    # node before any link moves, naming the host and the binary
+    binary = f"/opt/twinrail/runtime/{first_build}/bin/ggml-rpc-server"
+    subprocess.run(["docker", "exec", WORKER, "sh", "-c", f"cp -p {binary} {binary}.orig && printf x >> {binary}"],
+                   check=True)
+    try:
+        proc = playbook(str(PROJECT / "rollback.yml"))
+    finally:
+        subprocess.run(["docker", "exec", WORKER, "mv", f"{binary}.orig", binary], check=True)
+    assert proc.returncode != 0
+    assert re.search(r"rollback: lab-worker1: .*ggml-rpc-server of release " + first_build, proc.stdout), proc.stdout[-3000:]
+    assert "nothing was switched on any node" in proc.stdout
+    assert {c: release(c) for c in first} == {c: second_build for c in first}
+    assert {running_release(c, u) for c, u in UNITS} == {second_build}
+
+    kept = {c: PROJECT / "reports" / "deployments" / n / f"{first[c][1]}.json"
+            for c, n in ((MASTER, "lab-master"), (WORKER, "lab-worker1"))}
+    for path in kept.values():
+        path.unlink(missing_ok=True)
+    proc = playbook(str(PROJECT / "rollback.yml"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert {c: (release(c), record(c)["digest"]) for c in first} == first
+    assert {running_release(c, u) for c, u in UNITS} == {first_build}
+    # the record fetched back to the controller, inside the project (the
+    # day-2 playbooks sit at its top, the stages' plays in playbooks/)
+    for container in kept:
+        assert json.loads(kept[container].read_text())["digest"] == first[container][1]
+    answer = completion("The capital of France is")
+    assert answer["content"].strip() and answer["tokens_predicted"] > 0, answer
+    # the second build is kept on both nodes, for a roll forward
+    assert {manifest(c, second_build)["build_id"] for c in (MASTER, WORKER)} == {second_build}
+
+    # the inventory names the first build: the stages find nothing to change
+    proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime,service")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M)
+    assert recap and all(changed == "0" for _, changed in recap), recap
