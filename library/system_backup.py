@@ -25,7 +25,8 @@ description:
     Only then does retention delete the oldest backups beyond O(retention)
     and incomplete leftovers.
   - With O(state=restored) checks the archive's sha256 first, then extracts
-    O(paths) (all of it when empty) in place.
+    O(paths) (all of it when empty) in place, leaving alone what is mounted
+    below O(root) (another file system, a file bound over one).
 version_added: "0.1.0"
 author: twinrail developers
 extends_documentation_fragment:
@@ -119,6 +120,14 @@ estimate_bytes:
   description: What the files to archive hold, uncompressed.
   returned: when a backup was due
   type: int
+restored:
+  description: The paths restored (C(/) for everything the backup holds).
+  returned: state=restored
+  type: list
+skipped:
+  description: Mount points left alone by the restore (another file system, or a file bound over one).
+  returned: state=restored
+  type: list
 """
 
 import hashlib
@@ -133,12 +142,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.system_backups import (COMPRESSORS, BackupError, archive_name, estimate,
-                                                     excluded, existing, needs_backup, newest_complete,
+                                                     excluded, existing, mount_points, needs_backup, newest_complete,
                                                      tar_create_argv, tar_extract_argv, to_delete)
     from ansible.module_utils.weights_sums import sha256_file
 except ImportError:  # the unit tests import module_utils directly
     from system_backups import (COMPRESSORS, BackupError, archive_name, estimate, excluded, existing,
-                                needs_backup, newest_complete, tar_create_argv, tar_extract_argv, to_delete)
+                                mount_points, needs_backup, newest_complete, tar_create_argv, tar_extract_argv,
+                                to_delete)
     from weights_sums import sha256_file
 
 BLOCK = 1 << 20
@@ -269,9 +279,13 @@ def restored(module, p):
     if actual != chosen["meta"]["sha256"]:
         raise BackupError(f"{p['host']}: {chosen['path']}: sha256 {actual}, recorded {chosen['meta']['sha256']}: "
                           "the archive is damaged, nothing restored")
-    argv = tar_extract_argv(p["root"], p["paths"])
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        skipped = mount_points(p["root"], handle.read())
+    argv = tar_extract_argv(p["root"], p["paths"], skipped)
+    result = {"backup": dict(chosen["meta"], path=chosen["path"]), "restored": p["paths"] or ["/"],
+              "skipped": skipped}
     if module.check_mode:
-        return True, {"backup": dict(chosen["meta"], path=chosen["path"]), "restored": p["paths"] or ["/"]}
+        return True, result
     decompress = COMPRESSORS[chosen["meta"].get("compression", "none")][2]
     with open(chosen["path"], "rb") as source:
         first = subprocess.Popen(decompress, stdin=source, stdout=subprocess.PIPE) if decompress else None
@@ -284,7 +298,7 @@ def restored(module, p):
     if tar.returncode != 0:
         raise BackupError(f"{p['host']}: restoring {', '.join(p['paths']) or '/'} from {chosen['name']} failed: "
                           f"{err.decode(errors='replace').strip()[-400:]}")
-    return True, {"backup": dict(chosen["meta"], path=chosen["path"]), "restored": p["paths"] or ["/"]}
+    return True, result
 
 
 def main():

@@ -137,9 +137,35 @@ def tar_create_argv(root: str, excludes: list[str]) -> list[str]:
     return argv
 
 
-def tar_extract_argv(root: str, paths: list[str]) -> list[str]:
+def mount_points(root: str, mountinfo: str) -> list[str]:
+    """What is mounted below root (not root itself), from the text of
+    /proc/self/mountinfo, as absolute paths inside root: another file system
+    (the weights' partition) or a file bound over one (a container's
+    /etc/hosts). An in-place restore leaves them alone: tar cannot replace a
+    mount point, and what is under one is not the backup's."""
+    points = set()
+    root = os.path.normpath(root)
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if root == "/":
+            inside = point
+        elif point.startswith(root + "/"):
+            inside = point[len(root):]
+        else:
+            continue
+        if inside not in ("", "/"):
+            points.add(inside)
+    return sorted(points)
+
+
+def tar_extract_argv(root: str, paths: list[str], skip: list[str] = ()) -> list[str]:
     argv = ["tar", "--extract", "--file=-", "--xattrs", "--xattrs-include=*", "--acls", "--numeric-owner",
             "--preserve-permissions", "--same-owner", "--directory", root]
+    for path in skip:
+        argv.append("--exclude=." + path)
     for path in paths:
         norm = os.path.normpath(path)
         if not os.path.isabs(norm) or norm == "/":

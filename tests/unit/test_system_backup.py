@@ -3,9 +3,11 @@ a root file system; retention, freshness, bad targets, restore."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import subprocess
 import time
 from types import SimpleNamespace
 
@@ -138,3 +140,42 @@ def test_bad_excludes_and_restore_paths():
         sbs.excluded("/backups", ["/"])
     with pytest.raises(sbs.BackupError, match="expected an absolute path below /"):
         sbs.tar_extract_argv("/", ["etc/passwd"])
+
+
+def test_mount_points_are_read_from_this_kernels_mountinfo():
+    """The machine's own /proc/self/mountinfo: the mount points below / are
+    those util-linux's findmnt lists from the same table, / itself not."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        text = handle.read()
+    points = sbs.mount_points("/", text)
+    listed = subprocess.run(["findmnt", "--list", "--noheadings", "--output", "TARGET"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    assert "/" not in points and "/proc" in points
+    assert points == sorted(set(listed) - {"/"})
+    # inside another root only what lies below it, relative to it
+    assert sbs.mount_points("/proc", text) == sorted(p[len("/proc"):] for p in points if p.startswith("/proc/"))
+    argv = sbs.tar_extract_argv("/", [], ["/proc", "/etc/hosts"])
+    assert "--exclude=./proc" in argv and "--exclude=./etc/hosts" in argv
+
+
+def test_a_restore_leaves_mount_points_alone(tmp_path, tree, monkeypatch):
+    """A file in the backup that is now a mount point (a container's bound
+    /etc/hosts, the weights' partition) is skipped, the rest restored."""
+    sb.present(SimpleNamespace(check_mode=False), params(tmp_path))
+    root = tmp_path / "root"
+    (root / "etc" / "twinrail" / "service.env").write_text("damaged\n")
+    (root / "usr" / "bin" / "tool").write_bytes(b"bound over")
+    mountinfo = (f"22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+                 f"30 22 0:21 /hosts {root}/usr/bin/tool rw - ext4 /dev/sda1 rw\n")
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/self/mountinfo":
+            return io.StringIO(mountinfo)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    changed, result = sb.restored(SimpleNamespace(check_mode=False), params(tmp_path, state="restored"))
+    assert changed and result["skipped"] == ["/usr/bin/tool"]
+    assert (root / "etc" / "twinrail" / "service.env").read_text() == "TWINRAIL_CTX=8192\n"
+    assert (root / "usr" / "bin" / "tool").read_bytes() == b"bound over"
