@@ -82,16 +82,19 @@ def test_a_damaged_file_is_restored_byte_for_byte(host):
     before = node(name, "sha256sum", "/etc/debian_version").stdout
     node(name, "sh", "-c", "printf 'damaged\\n' > /etc/debian_version")
     assert node(name, "sha256sum", "/etc/debian_version").stdout != before
-    proc = playbook("restore.yml", "--limit", name, "-e", "system_backup_restore_rerun=false",
+    proc = playbook("restore.yml", "-e", f"system_backup_restore_nodes={name}", "-e", "system_backup_restore_rerun=false",
                     "-e", json.dumps({"system_backup_restore_paths": ["/etc/debian_version"]}))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert node(name, "sha256sum", "/etc/debian_version").stdout == before
     assert "restore: lab-worker1: /etc/debian_version from system-" in proc.stdout
 
 
-def test_restore_needs_the_nodes_named(host):
-    proc = playbook("restore.yml", "-e", "system_backup_restore_rerun=false")
-    assert proc.returncode != 0 and "name the node(s) to restore with --limit" in proc.stdout
+@pytest.mark.parametrize("nodes", ["", "lab-worker9"])
+def test_restore_needs_the_nodes_named(host, nodes):
+    proc = playbook("restore.yml", "-e", f"system_backup_restore_nodes={nodes}", "-e", "system_backup_restore_rerun=false")
+    assert proc.returncode != 0
+    assert "system_backup_restore_nodes: expected the node(s) to restore, of lab-master, lab-worker1" in proc.stdout
+    assert f"got '{nodes}'" in proc.stdout and "nothing was changed on any node" in proc.stdout
 
 
 def test_a_settings_change_calls_for_a_new_backup_and_retention_keeps_two(host):

@@ -192,3 +192,38 @@ def test_rollback_after_a_second_runtime_build(host):
     assert proc.returncode == 0, proc.stdout[-3000:]
     recap = re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M)
     assert recap and all(changed == "0" for _, changed in recap), recap
+
+
+def test_restore_a_node_then_every_stage_runs_again(host):
+    """Seed 000: a node's files put back from its system backup, in place,
+    then the stages again on every node (the rails' gates and the startup
+    order span the nodes). The worker loses a file the stages do not manage
+    (only the backup has it) and a unit the service stage installs (the
+    backup, taken before the first deploy, does not: the stages put it back)."""
+    unit = "/etc/systemd/system/twinrail-agent.service"
+    original = subprocess.run(["docker", "exec", WORKER, "sha256sum", "/etc/debian_version"],
+                              capture_output=True, text=True, check=True).stdout
+    subprocess.run(["docker", "exec", WORKER, "sh", "-c", f"printf 'damaged\\n' > /etc/debian_version && rm {unit}"],
+                   check=True)
+    paths = json.dumps({"system_backup_restore_paths": ["/etc/debian_version", "/etc/systemd/system"]})
+    proc = playbook(str(PROJECT / "restore.yml"), "-e", "system_backup_restore_nodes=lab-worker1", "-e", paths)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "restore: lab-worker1: /etc/debian_version, /etc/systemd/system from system-" in proc.stdout
+    assert "restore: lab-master:" not in proc.stdout
+    assert subprocess.run(["docker", "exec", WORKER, "sha256sum", "/etc/debian_version"],
+                          capture_output=True, text=True, check=True).stdout == original
+    # every stage ran again, on both nodes, to the acceptance gate
+    recap = dict(re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M))
+    assert set(recap) == {"lab-master", "lab-worker1"} and int(recap["lab-worker1"]) > 0, recap
+    assert "TASK [bandwidth_gate : " in proc.stdout and "TASK [acceptance : Gate the acceptance table]" in proc.stdout
+    state = subprocess.run(["docker", "exec", WORKER, "systemctl", "is-active", "twinrail-agent.service"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    assert state == "active"
+    assert completion("The capital of France is")["content"].strip()
+
+
+def test_a_limited_run_of_a_stage_that_spans_the_nodes_is_refused(host):
+    proc = playbook(str(PROJECT / "site.yml"), "--tags", "bandwidth", "--limit", "lab-worker1")
+    assert proc.returncode != 0
+    assert ("bandwidth: lab-worker1: every rail joins the master to a worker, so the stage runs on the whole cluster; "
+            "lab-master left out of this run (--limit)") in proc.stdout
