@@ -19,7 +19,9 @@ MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
 
 
 def playbook(*argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    # without colours: molecule sets ANSIBLE_FORCE_COLOR, and the recap lines
+    # read below would start with escape codes
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     return subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), *argv], cwd=PROJECT,
                           env=env, capture_output=True, text=True, check=False)
 
