@@ -87,3 +87,18 @@ def test_bad_memory_limit_names_host_and_variable(inv, memory):
     inv["_meta"]["hostvars"]["lab-worker1"]["twinrail_lab_memory_mb"] = memory
     with pytest.raises(lab.LabError, match=r"lab-worker1: twinrail_lab_memory_mb: expected a whole number of MiB"):
         lab.topology_from_inventory(inv)
+
+
+def test_testinfra_reaches_the_nodes_with_the_labs_own_key_and_known_hosts():
+    """testinfra builds its ssh command from ansible-inventory's untemplated
+    variables: a Jinja expression there became a key file named "{{ ... }}",
+    which worked only while Ansible's ControlMaster sockets lived."""
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    runner = AnsibleRunner(str(REPO / "inventory" / "lab"))
+    for name in ("lab-master", "lab-worker1"):
+        backend = runner.get_host(name).backend
+        assert Path(backend.ssh_identity_file).expanduser() == lab.STATE_DIR / "ssh" / "id_ed25519", name
+        assert "{{" not in backend.ssh_extra_args, (name, backend.ssh_extra_args)
+        known = [a.split("=", 1)[1] for a in backend.ssh_extra_args.split() if a.startswith("UserKnownHostsFile=")]
+        assert [Path(k).expanduser() for k in known] == [lab.STATE_DIR / "known_hosts"], name
