@@ -76,6 +76,9 @@ def test_a_message_gets_a_streamed_answer_and_the_second_turn_carries_the_first(
     second = page.locator(".message.assistant").last
     assert second.get_attribute("data-state") == "done"
     print(f"chat page: first answer {answer!r}; second {second.evaluate('e => e.firstChild.textContent')!r}")
+    # every answer is bounded (a looping model would otherwise fill its
+    # 8192-token slot: over two minutes here, the CI's timeout)
+    assert all(0 < r["max_tokens"] <= 1024 for r in sent), sent
     # the second request carried the whole conversation
     assert [m["role"] for m in sent[1]["messages"]] == ["user", "assistant", "user"]
     assert sent[1]["messages"][0]["content"].startswith("My name is Ada")

@@ -4,6 +4,10 @@
 // errors (401, 503 with the guard's reason, a stream cut short) are shown.
 "use strict";
 
+// Each answer is bounded: a small model can fall into a loop, and without a
+// bound it generates until its context slot is full (8192 tokens: minutes on
+// the lab, the slot held all that time). Answers cut there say so.
+const MAX_TOKENS = 1024;
 const messages = [];
 const list = document.getElementById("messages");
 const input = document.getElementById("input");
@@ -46,12 +50,12 @@ async function ask(text) {
     const response = await fetch("/v1/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ messages, stream: true, timings_per_token: false }),
+      body: JSON.stringify({ messages, stream: true, max_tokens: MAX_TOKENS, timings_per_token: false }),
     });
     if (!response.ok) throw new Error(await errorText(response));
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
-    let buffer = "", finished = false, timings = null;
+    let buffer = "", finished = false, timings = null, reason = null;
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -72,7 +76,7 @@ async function ask(text) {
             answer.textContent = content;
             list.scrollTop = list.scrollHeight;
           }
-          if (choice && choice.finish_reason) finished = true;
+          if (choice && choice.finish_reason) { finished = true; reason = choice.finish_reason; }
           if (chunk.timings) timings = chunk.timings;
         }
       }
@@ -83,7 +87,8 @@ async function ask(text) {
     if (timings) {
       const stats = document.createElement("span");
       stats.className = "stats";
-      stats.textContent = `${timings.predicted_n} tokens, ${timings.predicted_per_second.toFixed(1)} tokens/s`;
+      stats.textContent = `${timings.predicted_n} tokens, ${timings.predicted_per_second.toFixed(1)} tokens/s`
+        + (reason === "length" ? ` (cut at the ${MAX_TOKENS}-token limit)` : "");
       answer.appendChild(stats);
     }
   } catch (err) {
