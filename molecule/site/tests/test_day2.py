@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 testinfra_hosts = ["ansible://master"]
@@ -24,6 +25,12 @@ def playbook(*argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     return subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), *argv], cwd=PROJECT,
                           env=env, capture_output=True, text=True, check=False)
+
+
+def lab(*argv: str) -> None:
+    """tools/lab.py on the lab's inventory (cut and mend a rail)."""
+    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"), *argv],
+                   check=True, capture_output=True)
 
 
 def stopped_at(container: str, unit: str) -> int:
@@ -71,12 +78,33 @@ def test_rollback_puts_every_node_back_on_the_previous_deployment(host):
     assert proc.returncode == 0, proc.stdout[-2000:]
     after = {c: (config_version(c), record(c)["digest"]) for c in (MASTER, WORKER)}
     assert all(after[c][0] != before[c][0] and after[c][1] != before[c][1] for c in after)
-    # an unknown record: refused on every node, nothing switched
+    # an unknown record: refused on every node, naming the variable, nothing switched
     proc = playbook(str(PROJECT / "rollback.yml"), "-e", "system_backup_rollback_to=0123456789abcdef")
     assert proc.returncode != 0 and "nothing was switched on any node" in proc.stdout
+    assert "system_backup_rollback_to: no record and no configuration version '0123456789abcdef'" in proc.stdout
+    assert before[MASTER][0] in proc.stdout  # the versions it could have named
     assert {c: config_version(c) for c in after} == {c: after[c][0] for c in after}
-    # back to the previous deployment, both nodes together, the service answering
-    proc = playbook(str(PROJECT / "rollback.yml"))
+    # a cable pulled while rolling back: the start fails its gate and says
+    # where the nodes stand; both are on the target's links, not recorded
+    lab("cut", "rail1")
+    try:
+        proc = playbook(str(PROJECT / "rollback.yml"), "-e", "inference_service_master_timeout=20")
+    finally:
+        lab("mend", "rail1")
+    assert proc.returncode != 0
+    failed = re.search(rf"rollback: lab-master: every node \(lab-master, lab-worker1\) was switched to record "
+                       rf"{before[MASTER][1]} \(runtime [0-9a-f]{{16}}, configuration {before[MASTER][0]}\), but the start "
+                       r"failed its gate: service: lab-master: not healthy after the start: twinrail-llama.service not "
+                       r"running, last lines: .*worker RPC server 198\.19\.1\.2:\d+ not answering.*"
+                       rf"run rollback.yml -e system_backup_rollback_to={before[MASTER][0]} again", proc.stdout)
+    assert failed, proc.stdout[-3000:]
+    assert "rollback: lab-worker1: every node (lab-master, lab-worker1) was switched to record " \
+           f"{before[WORKER][1]} " in proc.stdout
+    assert {c: config_version(c) for c in before} == {c: before[c][0] for c in before}
+    assert {c: record(c)["digest"] for c in after} == {c: after[c][1] for c in after}
+    # the cable back, the rollback again as the message says: both nodes
+    # together, the service answering
+    proc = playbook(str(PROJECT / "rollback.yml"), "-e", f"system_backup_rollback_to={before[MASTER][0]}")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert {c: (config_version(c), record(c)["digest"]) for c in before} == before
     env = subprocess.run(["docker", "exec", MASTER, "cat", "/etc/twinrail/service/current/service.env"],
