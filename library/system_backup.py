@@ -125,7 +125,9 @@ restored:
   returned: state=restored
   type: list
 skipped:
-  description: Mount points left alone by the restore (another file system, or a file bound over one).
+  description:
+    - Mount points the restore left alone (another file system, or a file bound over one), among the paths restored
+      or holding one of them (such a path is not restored).
   returned: state=restored
   type: list
 """
@@ -142,13 +144,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.system_backups import (COMPRESSORS, BackupError, archive_name, estimate,
-                                                     excluded, existing, mount_points, needs_backup, newest_complete,
-                                                     tar_create_argv, tar_extract_argv, to_delete)
+                                                     excluded, existing, mount_points, mount_points_within,
+                                                     needs_backup, newest_complete, tar_create_argv,
+                                                     tar_extract_argv, to_delete)
     from ansible.module_utils.weights_sums import sha256_file
 except ImportError:  # the unit tests import module_utils directly
     from system_backups import (COMPRESSORS, BackupError, archive_name, estimate, excluded, existing,
-                                mount_points, needs_backup, newest_complete, tar_create_argv, tar_extract_argv,
-                                to_delete)
+                                mount_points, mount_points_within, needs_backup, newest_complete,
+                                tar_create_argv, tar_extract_argv, to_delete)
     from weights_sums import sha256_file
 
 BLOCK = 1 << 20
@@ -280,7 +283,7 @@ def restored(module, p):
         raise BackupError(f"{p['host']}: {chosen['path']}: sha256 {actual}, recorded {chosen['meta']['sha256']}: "
                           "the archive is damaged, nothing restored")
     with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        skipped = mount_points(p["root"], handle.read())
+        skipped = mount_points_within(mount_points(p["root"], handle.read()), p["paths"])
     argv = tar_extract_argv(p["root"], p["paths"], skipped)
     result = {"backup": dict(chosen["meta"], path=chosen["path"]), "restored": p["paths"] or ["/"],
               "skipped": skipped}

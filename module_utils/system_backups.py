@@ -161,6 +161,17 @@ def mount_points(root: str, mountinfo: str) -> list[str]:
     return sorted(points)
 
 
+def mount_points_within(points: list[str], paths: list[str]) -> list[str]:
+    """The mount points a restore of paths (everything when empty) touches:
+    one at or below a restored path, or one a restored path lies under
+    (that path is then not restored at all, and must be said)."""
+    if not paths:
+        return list(points)
+    norms = [os.path.normpath(p) for p in paths]
+    return [m for m in points
+            if any(m == q or m.startswith(q.rstrip("/") + "/") or q.startswith(m + "/") for q in norms)]
+
+
 def tar_extract_argv(root: str, paths: list[str], skip: list[str] = ()) -> list[str]:
     argv = ["tar", "--extract", "--file=-", "--xattrs", "--xattrs-include=*", "--acls", "--numeric-owner",
             "--preserve-permissions", "--same-owner", "--directory", root]

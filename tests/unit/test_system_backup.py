@@ -179,3 +179,28 @@ def test_a_restore_leaves_mount_points_alone(tmp_path, tree, monkeypatch):
     assert changed and result["skipped"] == ["/usr/bin/tool"]
     assert (root / "etc" / "twinrail" / "service.env").read_text() == "TWINRAIL_CTX=8192\n"
     assert (root / "usr" / "bin" / "tool").read_bytes() == b"bound over"
+
+
+def test_a_path_restore_names_only_the_mount_points_it_touches(tmp_path, tree, monkeypatch):
+    """Restoring some paths says which mount points among them (or above
+    them) were left alone, not every mount point of the node."""
+    points = ["/etc/hosts", "/proc", "/srv/twinrail", "/srv/twinrail/models"]
+    assert sbs.mount_points_within(points, []) == points
+    assert sbs.mount_points_within(points, ["/etc/twinrail", "/usr/bin/tool"]) == []
+    assert sbs.mount_points_within(points, ["/etc/"]) == ["/etc/hosts"]
+    assert sbs.mount_points_within(points, ["/srv"]) == ["/srv/twinrail", "/srv/twinrail/models"]
+    # a path under a mount point is not restored: said, with its mount point
+    assert sbs.mount_points_within(points, ["/srv/twinrail/models/x.gguf"]) == ["/srv/twinrail", "/srv/twinrail/models"]
+    assert sbs.mount_points_within(points, ["/srv/twinrailx"]) == []
+    sb.present(SimpleNamespace(check_mode=False), params(tmp_path))
+    root = tmp_path / "root"
+    (root / "etc" / "twinrail" / "service.env").write_text("damaged\n")
+    mountinfo = (f"22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+                 f"30 22 0:21 /hosts {root}/usr/bin/tool rw - ext4 /dev/sda1 rw\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: io.StringIO(mountinfo) if path == "/proc/self/mountinfo"
+                        else real_open(path, *a, **k))
+    changed, result = sb.restored(SimpleNamespace(check_mode=False),
+                                  params(tmp_path, state="restored", paths=["/etc/twinrail"]))
+    assert changed and result["skipped"] == [] and result["restored"] == ["/etc/twinrail"]
+    assert (root / "etc" / "twinrail" / "service.env").read_text() == "TWINRAIL_CTX=8192\n"
