@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # the ansible-* commands of the Python running the tests, as `make` arranges
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 for sub in ("tools", "library", "module_utils"):
     path = str(REPO / sub)
     if path not in sys.path:

@@ -109,7 +109,7 @@ def transfers(runs: int) -> None:
     sizes = {line.split()[0]: int(line.split()[1]) for line in sizes_out.splitlines()}
     if len(sizes) < 10:
         sys.exit(f"bench: {MASTER}:{SYNTHETIC} holds {len(sizes)} files: converge the weights stage "
-                 f"with molecule/weights/vars/weights-sets.yml first")
+                 f"with molecule/lab/vars/weights-sets.yml first")
     total = sum(sizes.values())
     sh(MASTER, f"cat {SYNTHETIC}/*/* > /dev/null")
     rail = {r: sh(WORKER, f"ip -4 -o addr show dev {i} | awk '{{print $4}}' | cut -d/ -f1").strip()

@@ -1,4 +1,4 @@
-"""perftest and iperf3 parsers on every real capture in ../shared/fixtures/perftest/,
+"""perftest and iperf3 parsers on every real capture in tests/fixtures/perftest/,
 asserting the figures its SOURCES.md lists, and the gate logic on real rows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Link-state parsers on the real captures in ../shared/fixtures/perftest/,
+"""Link-state parsers on the real captures in tests/fixtures/perftest/,
 the sysfs reader on a sysfs tree built the way the kernel lays it out, and
 the rail gate."""
 

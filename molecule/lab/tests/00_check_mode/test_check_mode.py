@@ -21,7 +21,7 @@ RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+fai
 def scenario_tags() -> list[str]:
     config = yaml.safe_load((SCENARIO / "molecule.yml").read_text())
     # as molecule does, ${VARS} in molecule.yml come from the environment
-    args = config["ansible"].get("executor", {}).get("args", {}).get("ansible_playbook", [])  # none: all of site.yml
+    args = config.get("ansible", {}).get("executor", {}).get("args", {}).get("ansible_playbook", [])  # none: all of site.yml
     return [os.path.expandvars(arg) for arg in args]
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-SCENARIO = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 ROOT = "/srv/twinrail/models"
-SETS = yaml.safe_load((SCENARIO / "vars" / "weights-sets.yml").read_text())["twinrail_weights"]
+SETS = yaml.safe_load((PROJECT / "molecule" / "lab" / "vars" / "weights-sets.yml").read_text())["twinrail_weights"]
 
 
 def manifest(model: str) -> dict[str, str]:
