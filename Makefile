@@ -24,10 +24,12 @@ prereqs:
 	@bash tools/prereqs.sh
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	# the project's own package (src/twinrail), editable: the tests import it
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 bundle: venv

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import http.client
 import http.server
-import importlib.machinery
-import importlib.util
 import json
 import socket
 import threading
@@ -16,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-GUARD_PATH = Path(__file__).resolve().parents[2] / "roles" / "inference_service" / "files" / "twinrail-guard"
-_loader = importlib.machinery.SourceFileLoader("twinrail_guard", str(GUARD_PATH))
-_spec = importlib.util.spec_from_loader("twinrail_guard", _loader)
-guard_mod = importlib.util.module_from_spec(_spec)
-_loader.exec_module(guard_mod)
+from twinrail.guard import memory, procs
+from twinrail.guard import proxy as guard_proxy
 
 
 # ---------------------------------------------------------------- memory
@@ -43,7 +38,7 @@ def test_memory_of_a_machine_without_a_cgroup_limit(tmp_path):
     root = tmp_path / "cg"
     write(root / "cgroup.controllers", "memory")
     write(root / "system.slice" / "memory.max", "max")
-    mem = guard_mod.node_memory(str(root), str(proc))
+    mem = memory.node_memory(str(root), str(proc))
     assert mem["source"] == "meminfo" and mem["total"] == 8 * 2**30 and mem["used"] == 2 * 2**30
     assert mem["percent"] == 25.0
 
@@ -59,7 +54,7 @@ def test_memory_of_a_container_cgroup_v1_leaves_out_the_page_cache(tmp_path):
     write(mem_root / node / "memory.stat", f"cache 5\ninactive_file 7\ntotal_inactive_file {2**30}\n")
     # the unit's own limit is the unit's, not the node's
     write(mem_root / node / "system.slice" / "twinrail-guard.service" / "memory.limit_in_bytes", str(2**20))
-    mem = guard_mod.node_memory(str(tmp_path / "cg"), str(proc))
+    mem = memory.node_memory(str(tmp_path / "cg"), str(proc))
     assert mem["total"] == 4 * 2**30 and mem["used"] == 2 * 2**30 and mem["percent"] == 50.0
     assert mem["source"].endswith(node)
 
@@ -71,7 +66,7 @@ def test_memory_of_a_container_cgroup_v2_namespace(tmp_path):
     write(root / "memory.max", str(2 * 2**30))
     write(root / "memory.current", str(2**30 + 100))
     write(root / "memory.stat", "anon 5\ninactive_file 100\n")
-    mem = guard_mod.node_memory(str(root), str(proc))
+    mem = memory.node_memory(str(root), str(proc))
     assert mem["total"] == 2 * 2**30 and mem["used"] == 2**30 and mem["percent"] == 50.0
 
 
@@ -86,12 +81,12 @@ def test_rpc_server_state_reads_the_process_table(tmp_path):
                              (12, ["/usr/bin/python3", "ggml-rpc-server"], "R")):
         write(proc / str(pid) / "cmdline", "\0".join(argv) + "\0")
         write(proc / str(pid) / "stat", f"{pid} (ggml-rpc-server) {state} 1 1 1 0")
-    stopped = guard_mod.rpc_server_state("127.0.0.3", port, str(proc))
+    stopped = procs.rpc_server_state("127.0.0.3", port, str(proc))
     assert not stopped["ok"] and "pid 11" in stopped["problem"] and "stopped" in stopped["problem"]
-    gone = guard_mod.rpc_server_state("127.0.0.9", port, str(proc))
+    gone = procs.rpc_server_state("127.0.0.9", port, str(proc))
     assert gone == {"address": "127.0.0.9", "ok": False, "problem": "ggml-rpc-server not running"}
     # running, but not listening (the kernel's socket table, this machine's own)
-    closed = guard_mod.rpc_server_state("127.0.0.2", port, str(proc))
+    closed = procs.rpc_server_state("127.0.0.2", port, str(proc))
     assert closed["state"] == "S" and not closed["ok"] and "does not listen on 127.0.0.2" in closed["problem"]
 
 
@@ -99,11 +94,11 @@ def test_listening_reads_the_kernels_socket_table():
     with socket.socket() as sock:
         sock.bind(("127.0.0.2", 0))
         port = sock.getsockname()[1]
-        assert not guard_mod.listening("127.0.0.2", port)  # bound, not listening
+        assert not procs.listening("127.0.0.2", port)  # bound, not listening
         sock.listen()
-        assert guard_mod.listening("127.0.0.2", port)
-        assert not guard_mod.listening("127.0.0.3", port)
-    assert not guard_mod.listening("127.0.0.2", port)
+        assert procs.listening("127.0.0.2", port)
+        assert not procs.listening("127.0.0.3", port)
+    assert not procs.listening("127.0.0.2", port)
 
 
 # ---------------------------------------------------------------- proxy
@@ -186,15 +181,15 @@ def cluster(monkeypatch):
     llama, llama_port = serve(FakeLlama)
     agent, agent_port = serve(FakeAgent)
     # the proxy's own node: memory from the stand-in agent's figure too
-    monkeypatch.setattr(guard_mod, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
+    monkeypatch.setattr(guard_proxy, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
     killed = []
-    guard = guard_mod.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
+    guard = guard_proxy.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
                             soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=1.0,
                             restart_grace=60)
     monkeypatch.setattr(guard, "kill_llama", lambda: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
-    proxy, proxy_port = serve(guard_mod.make_proxy_handler(guard))
+    proxy, proxy_port = serve(guard_proxy.make_proxy_handler(guard))
     deadline = time.monotonic() + 5
     while guard.refusal() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,0 +1,43 @@
+"""twinrail-guard's command line. Every setting is given by the caller (the
+service role's units pass each one from the role's defaults): no default
+lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from twinrail.guard import __doc__ as GUARD_DOC
+from twinrail.guard.agent import run_agent
+from twinrail.guard.memory import node_memory
+from twinrail.guard.proxy import run_proxy
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="twinrail-guard", description=GUARD_DOC.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    agent = sub.add_parser("agent", help="on a worker: report its RPC servers and memory")
+    agent.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
+    agent.add_argument("--port", type=int, required=True)
+    agent.add_argument("--rpc-port", type=int, required=True)
+    proxy = sub.add_parser("proxy", help="on the master: between nginx and llama-server")
+    proxy.add_argument("--listen-host", required=True)
+    proxy.add_argument("--listen-port", type=int, required=True)
+    proxy.add_argument("--upstream", required=True)
+    proxy.add_argument("--workers", required=True, help="host@rail-address,...")
+    proxy.add_argument("--agent-port", type=int, required=True)
+    proxy.add_argument("--soft", type=float, required=True)
+    proxy.add_argument("--hard", type=float, required=True)
+    proxy.add_argument("--slots", type=int, required=True)
+    proxy.add_argument("--interval", type=float, required=True)
+    proxy.add_argument("--grace", type=float, required=True)
+    proxy.add_argument("--probe-timeout", type=float, required=True)
+    proxy.add_argument("--restart-grace", type=float, required=True)
+    sub.add_parser("memory", help="print the node's memory as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "agent":
+        run_agent(args)
+    elif args.command == "proxy":
+        run_proxy(args)
+    else:
+        print(json.dumps(node_memory()))

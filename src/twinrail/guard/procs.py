@@ -1,0 +1,63 @@
+"""The RPC servers seen from the process table and the kernel's socket table
+(no packet sent: a probe would sit in the RPC server's one-client backlog)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+from twinrail.guard.memory import _read
+
+def find_processes(name: str, proc: str = "/proc") -> list[dict]:
+    """Processes whose program is ``name``: pid, argv, state (R S D T Z ...)."""
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
+                argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
+            stat = _read(os.path.join(proc, entry, "stat"))
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == name:
+            found.append({"pid": int(entry), "argv": argv, "state": stat.rpartition(")")[2].split()[0]})
+    return found
+
+
+def listening(address: str, port: int, proc: str = "/proc") -> bool:
+    """Whether a TCP socket listens on address:port (or on 0.0.0.0:port), from
+    the kernel's socket table: no packet sent."""
+    wanted = {f"{struct.unpack('=I', socket.inet_aton(a))[0]:08X}:{port:04X}" for a in (address, "0.0.0.0")}
+    try:
+        lines = _read(os.path.join(proc, "net", "tcp")).splitlines()[1:]
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[1] in wanted and fields[3] == "0A":  # TCP_LISTEN
+            return True
+    return False
+
+
+def rpc_server_state(address: str, port: int, proc: str = "/proc") -> dict:
+    """The ggml-rpc-server bound to ``address``: running, stopped, gone, or
+    not listening."""
+    for process in find_processes("ggml-rpc-server", proc):
+        argv = process["argv"]
+        if "-H" in argv and argv.index("-H") + 1 < len(argv) and argv[argv.index("-H") + 1] == address:
+            break
+    else:
+        return {"address": address, "ok": False, "problem": "ggml-rpc-server not running"}
+    state = process["state"]
+    if state not in ("R", "S", "D"):
+        return {"address": address, "pid": process["pid"], "state": state, "ok": False,
+                "problem": f"ggml-rpc-server (pid {process['pid']}) is "
+                           f"{'stopped' if state in ('T', 't') else 'in state ' + state}"}
+    # looked up, not connected to: the RPC server takes one client at a
+    # time and leaves other connections in its backlog, which probes would fill
+    if not listening(address, port, proc):
+        return {"address": address, "pid": process["pid"], "state": state, "ok": False,
+                "problem": f"ggml-rpc-server (pid {process['pid']}) does not listen on {address}:{port}"}
+    return {"address": address, "pid": process["pid"], "state": state, "ok": True}

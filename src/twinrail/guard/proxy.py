@@ -1,0 +1,380 @@
+"""The proxy on the master, between nginx and llama-server: the cluster's
+state from every worker's agent, 503s when a worker is lost, the restart
+of a hung llama-server, the memory watermarks."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import queue
+import signal
+import socket
+import threading
+import time
+import urllib.request
+
+from twinrail.guard.memory import node_memory
+from twinrail.guard.web import _JSONHandler, error_body, log
+
+
+class Guard:
+    """The cluster's state, as the proxy sees it."""
+
+    def __init__(self, workers: list[tuple[str, str]], agent_port: int, upstream: tuple[str, int],
+                 soft: float, hard: float, slots: int, *, interval: float,
+                 grace: float, probe_timeout: float, restart_grace: float):
+        self.workers = workers  # (host, rail address)
+        self.agent_port = agent_port
+        self.upstream = upstream
+        self.soft, self.hard = soft, hard
+        self.slots = slots
+        self.interval, self.grace = interval, grace
+        self.probe_timeout, self.restart_grace = probe_timeout, restart_grace
+        self.lock = threading.Condition()
+        self.last_ok = {address: time.monotonic() for _, address in workers}
+        self.worker_problems: dict[str, str] = {}
+        self.memory: dict[str, dict] = {}
+        self.needs_probe = True  # llama-server not yet seen answering
+        self.llama_problem = "llama-server not yet answering"
+        self.active = 0
+        self.last_kill = 0.0
+        self.events: list[dict] = []
+
+    # ---- state
+    def event(self, kind: str, detail: str) -> None:
+        entry = {"time": time.time(), "event": kind, "detail": detail}
+        with self.lock:
+            self.events = (self.events + [entry])[-50:]
+        log(f"{kind}: {detail}")
+
+    def memory_level(self) -> tuple[str, str]:
+        worst = ("ok", "")
+        for host, mem in sorted(self.memory.items()):
+            pct = mem["percent"]
+            detail = (f"{host} uses {pct}% of {mem['total'] / 2**30:.2f} GiB "
+                      f"(soft watermark {self.soft}%, hard {self.hard}%)")
+            if pct >= self.hard:
+                return "hard", detail
+            if pct >= self.soft and worst[0] == "ok":
+                worst = ("soft", detail)
+        return worst
+
+    def refusal(self, queued: bool = False) -> str | None:
+        """Why a request must get a 503 now, or None."""
+        with self.lock:
+            problems = dict(self.worker_problems)
+            needs_probe, llama_problem = self.needs_probe, self.llama_problem
+        if problems:
+            return "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
+        if needs_probe:
+            return f"recovering: {llama_problem}"
+        level, detail = self.memory_level()
+        if level == "hard":
+            return (f"memory above the hard watermark, {'queued request failed' if queued else 'request refused'}: "
+                    f"{detail}")
+        if level == "soft" and not queued:
+            return f"memory above the soft watermark, new requests refused: {detail}"
+        return None
+
+    def abort_reason(self) -> str | None:
+        """Why in-flight requests must end now (a worker is gone), or None."""
+        with self.lock:
+            problems = dict(self.worker_problems)
+        if problems:
+            return "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
+        return None
+
+    def status(self) -> dict:
+        level, detail = self.memory_level()
+        with self.lock:
+            return {"available": self.refusal() is None, "reason": self.refusal(),
+                    "workers": [{"host": h, "address": a, "problem": self.worker_problems.get(a)}
+                                for h, a in self.workers],
+                    "memory": self.memory, "memory_level": level, "memory_detail": detail,
+                    "active": self.active, "slots": self.limit(), "events": self.events[-20:]}
+
+    def limit(self) -> int:
+        # past the soft watermark, one generation at a time
+        return 1 if self.memory_level()[0] != "ok" else self.slots
+
+    # ---- slots
+    def acquire(self, cancelled) -> str | None:
+        """Wait for a slot; a reason instead when the request must fail."""
+        with self.lock:
+            while self.active >= self.limit():
+                self.lock.wait(0.25)
+                reason = self.refusal(queued=True)
+                if reason:
+                    return reason
+                if cancelled():
+                    return "client went away"
+            self.active += 1
+        return None
+
+    def release(self) -> None:
+        with self.lock:
+            self.active -= 1
+            self.lock.notify_all()
+
+    # ---- monitor
+    def poll_worker(self, host: str, address: str, results: dict) -> None:
+        url = f"http://{address}:{self.agent_port}/status"
+        try:
+            with urllib.request.urlopen(url, timeout=min(self.grace, 1.5)) as response:
+                status = json.loads(response.read())
+        except (OSError, ValueError):
+            return  # counted by the silence
+        problem = next((r["problem"] for r in status.get("rpc", []) if r["address"] == address and not r["ok"]),
+                       None)
+        results[address] = (status.get("memory"), problem)
+
+    def check_workers(self) -> None:
+        results: dict = {}
+        threads = [threading.Thread(target=self.poll_worker, args=(*w, results), daemon=True)
+                   for w in self.workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=self.grace)
+        now = time.monotonic()
+        problems = {}
+        for host, address in self.workers:
+            if address in results:
+                memory, problem = results[address]
+                self.last_ok[address] = now
+                if memory:
+                    self.memory[host] = memory
+                if problem:
+                    problems[address] = f"{host} rail {address}: {problem}"
+            elif now - self.last_ok[address] > self.grace:
+                problems[address] = (f"{host} rail {address}: its agent has not answered for "
+                                     f"{now - self.last_ok[address]:.1f} s (node paused, powered off or the rail cut)")
+        with self.lock:
+            lost = sorted(set(problems) - set(self.worker_problems))
+            back = sorted(set(self.worker_problems) - set(problems))
+            gone = dict(self.worker_problems)
+            self.worker_problems = problems
+            if lost:
+                self.needs_probe = True
+                self.llama_problem = "waiting for llama-server after the worker came back"
+                self.lock.notify_all()
+        for address in lost:
+            self.event("worker lost", problems[address])
+        for address in back:
+            self.event("worker back", gone[address])
+
+    def probe(self) -> str | None:
+        """A one-token completion; None when it answered."""
+        conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
+        try:
+            conn.request("POST", "/completion", body=json.dumps({"prompt": "ok", "n_predict": 1}),
+                         headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                return f"llama-server answered {response.status}"
+            return None
+        except (socket.timeout, TimeoutError):
+            return "hung"
+        except OSError as exc:
+            return f"llama-server not answering ({exc})"
+        finally:
+            conn.close()
+
+    def kill_llama(self) -> None:
+        for process in find_processes("llama-server"):
+            try:
+                os.kill(process["pid"], signal.SIGKILL)
+                self.event("restart", f"llama-server (pid {process['pid']}) hung after the workers came back: "
+                                      "killed, systemd starts it again once every worker answers")
+            except OSError as exc:
+                self.event("restart failed", f"llama-server (pid {process['pid']}): {exc}")
+        self.last_kill = time.monotonic()
+
+    def monitor(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            self.memory[socket.gethostname()] = node_memory()
+            self.check_workers()
+            with self.lock:
+                workers_ok, needs_probe = not self.worker_problems, self.needs_probe
+            if workers_ok and needs_probe:
+                problem = self.probe()
+                with self.lock:
+                    if problem is None:
+                        self.needs_probe = False
+                        self.lock.notify_all()
+                    else:
+                        self.llama_problem = f"llama-server: {problem}"
+                if problem is None:
+                    self.event("available", "llama-server answers and every worker is up")
+                elif problem == "hung" and workers_ok \
+                        and time.monotonic() - self.last_kill > self.restart_grace:
+                    self.kill_llama()
+            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def upstream_failed(self, detail: str) -> None:
+        with self.lock:
+            if not self.needs_probe:
+                self.needs_probe = True
+                self.llama_problem = detail
+        self.event("upstream failed", detail)
+
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
+              "upgrade", "proxy-authorization", "proxy-connection", "host"}
+
+
+def make_proxy_handler(guard: Guard):
+    class Handler(_JSONHandler):
+        def do_GET(self):
+            self.proxy()
+
+        def do_POST(self):
+            self.proxy()
+
+        def do_OPTIONS(self):
+            self.proxy()
+
+        def refuse(self, reason: str) -> None:
+            self.send_json(503, error_body(reason), {"Retry-After": "10"})
+
+        def proxy(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if self.path == "/health":
+                reason = guard.refusal()
+                if reason:
+                    self.refuse(reason)
+                else:
+                    self.send_json(200, {"status": "ok"})
+                return
+            if self.path == "/twinrail/status":
+                self.send_json(200, guard.status())
+                return
+            generation = self.command == "POST"
+            if generation:
+                reason = guard.refusal()
+                if reason:
+                    self.refuse(reason)
+                    return
+                reason = guard.acquire(lambda: False)
+                if reason:
+                    self.refuse(reason)
+                    return
+            try:
+                self.forward(body)
+            finally:
+                if generation:
+                    guard.release()
+
+        def forward(self, body: bytes | None) -> None:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            conn = http.client.HTTPConnection(*guard.upstream, timeout=10)
+            events: queue.Queue = queue.Queue()
+
+            def read_upstream():
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    conn.sock.settimeout(None)
+                    response = conn.getresponse()
+                    events.put(("head", response))
+                    while chunk := response.read1(65536):
+                        events.put(("data", chunk))
+                    events.put(("end", None))
+                except Exception as exc:  # noqa: BLE001 -- also what closing it under the read raises
+                    events.put(("error", exc))
+
+            threading.Thread(target=read_upstream, daemon=True).start()
+            streaming, buffered, status, out_headers = False, [], None, []
+            try:
+                while True:
+                    try:
+                        kind, value = events.get(timeout=0.25)
+                    except queue.Empty:
+                        reason = guard.abort_reason()  # whatever the request waits for, it waits in vain
+                        if reason:
+                            self.end_with(reason, streaming)
+                            return
+                        continue
+                    if kind == "head":
+                        status = value.status
+                        out_headers = [(k, v) for k, v in value.getheaders() if k.lower() not in HOP_BY_HOP]
+                        if value.getheader("Content-Type", "").startswith("text/event-stream"):
+                            streaming = True
+                            self.close_connection = True
+                            self.send_response(status)
+                            for key, val in out_headers:
+                                self.send_header(key, val)
+                            self.send_header("Connection", "close")
+                            self.end_headers()
+                    elif kind == "data":
+                        if streaming:
+                            self.wfile.write(value)
+                            self.wfile.flush()
+                        else:
+                            buffered.append(value)
+                    elif kind == "end":
+                        if not streaming:
+                            data = b"".join(buffered)
+                            self.send_response(status)
+                            for key, val in out_headers:
+                                self.send_header(key, val)
+                            self.send_header("Content-Length", str(len(data)))
+                            self.end_headers()
+                            self.wfile.write(data)
+                        return
+                    else:  # the connection to llama-server broke
+                        time.sleep(guard.interval * 2)  # let the monitor find out why
+                        reason = guard.abort_reason()
+                        detail = reason or f"llama-server stopped answering ({value})"
+                        if not reason:
+                            guard.upstream_failed(detail)
+                        self.end_with(detail, streaming)
+                        return
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away: closing the upstream cancels its generation
+            finally:
+                try:
+                    if conn.sock is not None:
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+
+        def end_with(self, reason: str, streaming: bool) -> None:
+            if streaming:
+                self.wfile.write(b"data: " + json.dumps(error_body(reason)).encode() + b"\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+            else:
+                self.refuse(reason)
+
+    return Handler
+
+
+def parse_workers(spec: str) -> list[tuple[str, str]]:
+    workers = []
+    for item in spec.split(","):
+        host, sep, address = item.strip().partition("@")
+        if not sep or not host or not address:
+            raise SystemExit(f"twinrail-guard: --workers: expected host@address[,host@address...], got {spec!r}")
+        workers.append((host, address))
+    return workers
+
+
+def run_proxy(args) -> None:
+    host, _, port = args.upstream.rpartition(":")
+    guard = Guard(parse_workers(args.workers), args.agent_port, (host, int(port)),
+                  args.soft, args.hard, args.slots, interval=args.interval, grace=args.grace,
+                  probe_timeout=args.probe_timeout, restart_grace=args.restart_grace)
+    stop = threading.Event()
+    threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
+    server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))
+    server.daemon_threads = True
+    log(f"proxy: {args.listen_host}:{args.listen_port} -> {args.upstream}; workers "
+        f"{', '.join(f'{h}@{a}' for h, a in guard.workers)}; watermarks {args.soft}% / {args.hard}%")
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    server.serve_forever()
+    stop.set()
