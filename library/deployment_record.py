@@ -41,6 +41,12 @@ options:
     description: Directory of the service configuration versions (with a current link).
     type: path
     default: /etc/twinrail/service
+  guard_root:
+    description: >-
+      Directory of the guard's releases (C(<release>/twinrail-guard.pyz), with a current link);
+      the record names the release and the zipapp's sha256.
+    type: path
+    required: true
   interfaces:
     description: Rail interfaces whose NIC firmware to read.
     type: list
@@ -129,7 +135,7 @@ def link_target(path):
 
 
 def manifest_digest(path):
-    """The sha256 of a weight set's manifest, None when it is not there."""
+    """The sha256 of a file (a weight set's manifest, the guard's zipapp), None when it is not there."""
     try:
         return sha256_file(path)
     except OSError:
@@ -152,6 +158,8 @@ def collect(module):
                 key, _, value = line.partition(":")
                 if key.strip() == "firmware-version":
                     firmware[interface] = value.strip() or None
+    guard = link_target(os.path.join(p["guard_root"], "current"))
+    guard_sha256 = manifest_digest(os.path.join(p["guard_root"], guard, "twinrail-guard.pyz")) if guard else None
     release = link_target(os.path.join(p["runtime_root"], "current"))
     manifest = read_json(os.path.join(p["runtime_root"], "current", "manifest.json")) if release else None
     models = {}
@@ -168,6 +176,7 @@ def collect(module):
         "packages": packages,
         "nic_firmware": firmware,
         "runtime": {"release": release, "manifest": manifest},
+        "guard": {"release": guard, "sha256": guard_sha256},
         "models": models,
         "config_version": link_target(os.path.join(p["config_root"], "current")),
         **p["extra"],
@@ -182,6 +191,7 @@ def main():
             "runtime_root": {"type": "path", "required": True},
             "weights_root": {"type": "path", "required": True},
             "config_root": {"type": "path", "default": "/etc/twinrail/service"},
+            "guard_root": {"type": "path", "required": True},
             "interfaces": {"type": "list", "elements": "str", "default": []},
             "packages": {"type": "list", "elements": "str",
                          "default": ["rdma-core", "ibverbs-providers", "libibverbs1", "perftest", "infiniband-diags"]},

@@ -13,8 +13,8 @@ description:
     C(twinrail/guard/)) as a zipapp the nodes' python3 runs, the same bytes
     from the same sources, and keeps it in O(cache) as
     C(<release>/twinrail-guard.pyz) with its C(.sha256). The release is
-    C(<__version__>-<sha256[:12]>): a changed guard is a new release.
-  - Meant for the controller (C(delegate_to: localhost)); writes only into
+    C(<__version__>-<sha256[:12]>), so a changed guard is a new release.
+  - Meant for the controller (delegated to localhost); writes only into
     O(cache), and only when the release is not there yet.
 version_added: "0.1.0"
 author: twinrail developers
@@ -65,7 +65,10 @@ members:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guard_artifact import build
+try:
+    from ansible.module_utils.guard_zipapp import build
+except ImportError:  # the unit tests run it with module_utils on the path
+    from guard_zipapp import build
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ arguments) on a directory tree standing in for a node."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ MODULE = Path(__file__).resolve().parents[2] / "library" / "deployment_record.py
 
 def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
     args = {"host": "node1", "dir": str(tmp_path / "records"), "runtime_root": str(tmp_path / "runtime"),
-            "weights_root": str(tmp_path / "models"), "config_root": str(tmp_path / "service"),
+            "guard_root": str(tmp_path / "guard"), "weights_root": str(tmp_path / "models"), "config_root": str(tmp_path / "service"),
             "interfaces": [], "packages": [], "_ansible_check_mode": check_mode, **extra}
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
@@ -24,14 +25,16 @@ def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
     return json.loads(out.stdout)
 
 
-def deploy(tmp_path: Path, release: str, config: str) -> None:
+def deploy(tmp_path: Path, release: str, config: str, guard: str = "0.1.0-aaaa") -> None:
+    (tmp_path / "guard" / guard).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "guard" / guard / "twinrail-guard.pyz").write_text(f"guard {guard}\n")
     (tmp_path / "runtime" / release).mkdir(parents=True, exist_ok=True)
     (tmp_path / "runtime" / release / "manifest.json").write_text(json.dumps({"build_id": release}))
     (tmp_path / "models" / "m" / ".twinrail-manifests").mkdir(parents=True, exist_ok=True)
     (tmp_path / "models" / "m" / ".twinrail-manifests" / "r1.sha256").write_text("abc  w.gguf\n")
     (tmp_path / "service" / config).mkdir(parents=True, exist_ok=True)
     for link, target in ((tmp_path / "runtime" / "current", release), (tmp_path / "models" / "m" / "current", "r1"),
-                         (tmp_path / "service" / "current", config)):
+                         (tmp_path / "service" / "current", config), (tmp_path / "guard" / "current", guard)):
         if link.is_symlink():
             link.unlink()
         os.symlink(target, link)
@@ -45,6 +48,8 @@ def test_a_record_by_content_then_no_change_then_a_new_one(tmp_path):
     assert record["runtime"] == {"release": "build-a", "manifest": {"build_id": "build-a"}}
     assert record["models"]["m"]["revision"] == "r1" and len(record["models"]["m"]["manifest_sha256"]) == 64
     assert record["config_version"] == "cfg1" and record["twinrail_commit"] == "c0ffee"
+    assert record["guard"] == {"release": "0.1.0-aaaa",
+                               "sha256": hashlib.sha256(b"guard 0.1.0-aaaa\n").hexdigest()}
     assert os.readlink(tmp_path / "records" / "current") == f"{first['digest']}.json"
     # a new bandwidth measurement is not a new deployment
     again = run(tmp_path, extra={"twinrail_commit": "c0ffee"}, informational={"bandwidth_baseline": {"run": "2"}})
@@ -63,6 +68,11 @@ def test_a_record_by_content_then_no_change_then_a_new_one(tmp_path):
     back = run(tmp_path, extra={"twinrail_commit": "c0ffee"})
     assert back["changed"] and back["digest"] == first["digest"] and back["record"]["recorded"] == record["recorded"]
     assert len(json.loads((tmp_path / "records" / "history.json").read_text())) == 3
+    # another guard alone is another deployment
+    deploy(tmp_path, "build-a", "cfg1", guard="0.1.0-bbbb")
+    guard = run(tmp_path, extra={"twinrail_commit": "c0ffee"})
+    assert guard["changed"] and guard["digest"] != first["digest"]
+    assert guard["record"]["guard"]["release"] == "0.1.0-bbbb"
 
 
 def test_an_unwritable_directory_names_the_host(tmp_path):

@@ -1,4 +1,4 @@
-"""The guard's artifact (module_utils/guard_artifact.py, library/guard_artifact.py):
+"""The guard's artifact (module_utils/guard_zipapp.py, library/guard_artifact.py):
 the zipapp built from src/, the same bytes twice, named by its sha256, a
 changed source a new release, and the zipapp run by a real python3."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import guard_artifact as artifact
+import guard_zipapp as artifact
 from conftest import REPO
 
 SRC = REPO / "src"
@@ -73,3 +73,31 @@ def test_a_folder_without_the_package_is_refused_naming_the_path(tmp_path):
     (tmp_path / "twinrail" / "__init__.py").write_text("nothing here\n")
     with pytest.raises(ValueError, match=r'no __version__ = "X.Y.Z" line'):
         artifact.build(str(tmp_path))
+
+
+MODULE = REPO / "library" / "guard_artifact.py"
+
+
+def run_module(tmp_path: Path, check_mode: bool = False, source: Path = SRC) -> dict:
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"source": str(source), "cache": str(tmp_path / "cache"),
+                                                        "_ansible_check_mode": check_mode}}))
+    env = {"PYTHONPATH": str(REPO / "module_utils"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(MODULE), str(args)], capture_output=True, text=True, check=False,
+                         env=env)
+    return json.loads(out.stdout)
+
+
+def test_the_module_writes_the_release_once_and_nothing_in_check_mode(tmp_path):
+    checked = run_module(tmp_path, check_mode=True)
+    assert checked["changed"] and not Path(checked["path"]).exists()
+    first = run_module(tmp_path)
+    path = Path(first["path"])
+    assert first["changed"] and path.parent.name == first["release"] and path.name == "twinrail-guard.pyz"
+    import hashlib
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == first["sha256"]
+    assert (path.parent / "twinrail-guard.pyz.sha256").read_text() == f"{first['sha256']}  twinrail-guard.pyz\n"
+    again = run_module(tmp_path)
+    assert not again["changed"] and again["release"] == first["release"]
+    refused = run_module(tmp_path, source=tmp_path / "nowhere")
+    assert refused["failed"] and refused["msg"].startswith("service: the guard's artifact: ") and "nowhere" in refused["msg"]

@@ -1,7 +1,7 @@
 """Verify the service stage on each lab node: units running as the service
 account with their hardening and memory limits, bound where they must be
 (RPC servers on the rail addresses only, llama-server on loopback), the same
-versioned configuration on every node."""
+versioned configuration on every node, the guard from its versioned release."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def units(host) -> dict[str, str]:
 
 def test_units_run_as_the_service_account_with_hardening(host):
     # the node's memory is its container's cgroup limit (4 GiB in the lab), not the host's
-    memory = json.loads(host.check_output("python3 /usr/local/lib/twinrail/twinrail-guard memory"))["total"]
+    memory = json.loads(host.check_output("python3 /opt/twinrail/guard/current/twinrail-guard.pyz memory"))["total"]
     assert memory == 4096 * 2**20
     for unit, restart in units(host).items():
         show = dict(line.split("=", 1) for line in
@@ -62,3 +62,18 @@ def test_the_configuration_is_versioned_and_the_same_everywhere(host):
     # the version is the hash of the content: the same name on every node
     assert host.check_output(f"sha256sum {CONFIG}/current/service.env | cut -c1-16") == \
         current.linked_to.rsplit("/", 1)[-1]
+
+
+def test_the_guard_runs_from_the_release_the_configuration_names(host):
+    """The guard is a zipapp named by its sha256 under /opt/twinrail/guard/,
+    the configuration names that release, and the unit runs it."""
+    release = host.file("/opt/twinrail/guard/current").linked_to.rsplit("/", 1)[-1]
+    version, _, digest = release.partition("-")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version) and re.fullmatch(r"[0-9a-f]{12}", digest), release
+    pyz = f"/opt/twinrail/guard/{release}/twinrail-guard.pyz"
+    assert host.check_output(f"sha256sum {pyz}").startswith(digest)
+    env = host.file(f"{CONFIG}/current/service.env").content_string
+    assert f"TWINRAIL_GUARD_RELEASE={release}\n" in env and f"TWINRAIL_GUARD={pyz}\n" in env
+    unit = "twinrail-guard.service" if host.backend.get_hostname() == "lab-master" else "twinrail-agent.service"
+    pid = host.check_output(f"systemctl show -p MainPID --value {unit}")
+    assert host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:2] == [b"/usr/bin/python3", pyz.encode()]

@@ -168,7 +168,7 @@ def test_failover_drill(host, failure):
 
 
 def memory() -> dict:
-    return json.loads(node(MASTER, "python3", "/usr/local/lib/twinrail/twinrail-guard", "memory").stdout)
+    return json.loads(node(MASTER, "python3", "/opt/twinrail/guard/current/twinrail-guard.pyz", "memory").stdout)
 
 
 def hog(pct: float, name: str) -> None:

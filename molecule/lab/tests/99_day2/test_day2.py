@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,61 @@ def completion(prompt: str) -> dict:
     out = subprocess.run(["docker", "exec", MASTER, "python3", "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-1000:]
     return json.loads(out.stdout)
+
+
+def guard_release(container: str) -> str:
+    return subprocess.run(["docker", "exec", container, "readlink", "/opt/twinrail/guard/current"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def running_guard(container: str, unit: str) -> str:
+    """The guard release whose zipapp the unit's main process runs."""
+    pid = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "MainPID", "--value", unit],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert pid not in ("", "0"), (container, unit)
+    argv = subprocess.run(["docker", "exec", container, "cat", f"/proc/{pid}/cmdline"],
+                          capture_output=True, check=True).stdout.split(b"\0")
+    match = re.fullmatch(rb"/opt/twinrail/guard/([0-9.]+-[0-9a-f]{12})/twinrail-guard\.pyz", argv[1])
+    assert argv[0] == b"/usr/bin/python3" and match, (container, unit, argv)
+    return match.group(1).decode()
+
+
+def test_rollback_after_a_guard_change_runs_the_previous_guard(host, tmp_path):
+    """A changed guard (its package copied and its startup log line changed)
+    deployed with the service stage: a new release on both nodes, the guard
+    and the agent restarted on it; rollback.yml: both run the previous
+    release again, the record is the one before, the service answers; the
+    site run as it is changes nothing."""
+    guards = ((MASTER, "twinrail-guard.service"), (WORKER, "twinrail-agent.service"))
+    first = {c: (guard_release(c), record(c)["digest"]) for c in (MASTER, WORKER)}
+    first_guard = first[MASTER][0]
+    assert first[WORKER][0] == first_guard and {running_guard(c, u) for c, u in guards} == {first_guard}
+    assert record(MASTER)["guard"]["release"] == first_guard
+    source = tmp_path / "src"
+    shutil.copytree(PROJECT / "src", source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    proxy = source / "twinrail" / "guard" / "proxy.py"
+    assert 'log(f"proxy: ' in proxy.read_text()
+    proxy.write_text(proxy.read_text().replace('log(f"proxy: ', 'log(f"proxy (changed guard): '))
+    proc = playbook(str(PROJECT / "site.yml"), "--tags", "service", "-e", f"inference_service_guard_source={source}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    second_guard = guard_release(MASTER)
+    assert second_guard != first_guard and guard_release(WORKER) == second_guard
+    assert {running_guard(c, u) for c, u in guards} == {second_guard}
+    assert record(WORKER)["guard"]["release"] == second_guard and record(WORKER)["digest"] != first[WORKER][1]
+    journal = subprocess.run(["docker", "exec", MASTER, "journalctl", "-u", "twinrail-guard.service", "-n", "20",
+                              "--no-pager"], capture_output=True, text=True, check=True).stdout
+    assert "proxy (changed guard): " in journal, journal[-2000:]
+
+    proc = playbook(str(PROJECT / "rollback.yml"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert {c: (guard_release(c), record(c)["digest"]) for c in first} == first
+    assert {running_guard(c, u) for c, u in guards} == {first_guard}
+    assert completion("The capital of France is")["content"].strip()
+    # the inventory's guard is the first release: nothing to change
+    proc = playbook(str(PROJECT / "site.yml"), "--tags", "service")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M)
+    assert recap and all(changed == "0" for _, changed in recap), recap
 
 
 UNITS = ((MASTER, "twinrail-llama.service"), (WORKER, "twinrail-rpc@198.19.0.2.service"),

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+"""twinrail's Jinja filters: what the stages would otherwise compute in
+Jinja loops (the rails' state, the bandwidth plan, what a node lacks of a
+weight set), as plain functions over plain data, unit-tested in
+tests/unit/test_filters.py."""
+
+from __future__ import annotations
+
+import json
+
+DOCUMENTATION = r"""
+name: twinrail
+short_description: twinrail's filters (rails, bandwidth plan, weights)
+description:
+  - twinrail_bandwidth_plan, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_weights_needed.
+"""
+
+
+def _bare(address: str) -> str:
+    """198.19.0.1/24 -> 198.19.0.1."""
+    return str(address).split("/", 1)[0]
+
+
+def _rail(rails: list[dict], name: str) -> dict:
+    for rail in rails:
+        if rail["name"] == name:
+            return rail
+    raise ValueError(f"no rail named {name!r} among {[r['name'] for r in rails]}")
+
+
+def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, active=None, *,
+                   default_rate_gbps: float, min_ratio: float, perftest_port_base: int,
+                   iperf3_port_base: int) -> list[dict]:
+    """One measurement per (worker, rail of the master) among ``active`` rails
+    (every rail when None): who serves, who measures, over which transport, on
+    which port, and the figure required from the rate both ends negotiated
+    (the lower; ``default_rate_gbps`` when neither end knows it).
+
+    ``rails``: host -> twinrail_rails; ``links``: host -> rdma_link_facts' rails."""
+    if active is None:
+        active = [rail["name"] for rail in rails[master]]
+    plan = []
+    for w, worker in enumerate(workers):
+        for i, rail in enumerate(rails[master]):
+            if rail["name"] not in active:
+                continue
+            peer = _rail(rails[worker], rail["name"])
+            ours, theirs = links[master][rail["name"]], links[worker][rail["name"]]
+            rates = [r for r in (ours.get("rate_gbps"), theirs.get("rate_gbps")) if r]
+            rate = min(rates) if rates else default_rate_gbps
+            client_device, server_device = rail.get("rdma_device") or "", peer.get("rdma_device") or ""
+            rdma = bool(client_device and server_device)
+            plan.append({
+                "rail": rail["name"], "client": master, "server": worker,
+                "transport": "rdma" if rdma else "tcp",
+                "client_address": _bare(rail["address"]), "server_address": _bare(peer["address"]),
+                "client_device": client_device, "server_device": server_device,
+                "client_gid": ours.get("gid_index"), "server_gid": theirs.get("gid_index"),
+                "port": int(perftest_port_base if rdma else iperf3_port_base) + 10 * w + i,
+                "rate_gbps": rate,
+                "required_gbps": round(rate * float(min_ratio), 3),
+            })
+    return plan
+
+
+def rails_drifted(rails: list[dict], addresses: list[dict], routes: list[dict], default_mtu: int,
+                  table_base: int) -> list[str]:
+    """Interfaces of the rails that are up but whose MTU, address or own
+    routing table (table_base + the rail's position, from 1) differ from what
+    their files say. ``addresses``: `ip -j address show`; ``routes``:
+    `ip -j route show table all`. A rail set down is not drifted: someone
+    took it out of service, and the gate reports it."""
+    live = {link["ifname"]: link for link in addresses}
+    drifted = []
+    for index, rail in enumerate(rails, start=1):
+        link = live.get(rail["interface"], {})
+        inet = [a.get("local") for a in link.get("addr_info", []) if a.get("family") == "inet"]
+        table = str(table_base + index)
+        routed = [r for r in routes if str(r.get("table", "")) == table and r.get("dev") == rail["interface"]]
+        if "UP" in link.get("flags", []) and (
+                link.get("mtu", 0) != rail.get("mtu", default_mtu) or _bare(rail["address"]) not in inet
+                or not routed):
+            drifted.append(rail["interface"])
+    return drifted
+
+
+def rail_reachability(pings: list[dict], routes: list[dict], loop_var: str) -> dict:
+    """rail -> peer -> whether the full-MTU ping reached the peer and the
+    route to it left through the rail's interface. ``pings`` and ``routes``
+    are the results of two loops over the same (rail, peer) pairs, the pair
+    under ``loop_var``."""
+    out: dict = {}
+    for ping, route in zip(pings, routes):
+        rail, peer = ping[loop_var][0], ping[loop_var][1]
+        dev = ""
+        if route.get("rc") == 0:
+            found = json.loads(route.get("stdout") or "[]")
+            dev = found[0].get("dev", "") if found else ""
+        out.setdefault(rail["name"], {})[peer] = ping.get("rc") == 0 and dev == rail["interface"]
+    return out
+
+
+def weights_needed(bad: list[dict], sizes: dict) -> dict:
+    """file -> its size at the source, for every file the check found bad
+    (missing or not matching the manifest)."""
+    return {item["file"]: sizes.get(item["file"], 0) for item in bad or []}
+
+
+class FilterModule:  # pylint: disable=too-few-public-methods
+    """twinrail's filters."""
+
+    def filters(self):
+        return {
+            "twinrail_bandwidth_plan": bandwidth_plan,
+            "twinrail_rails_drifted": rails_drifted,
+            "twinrail_rail_reachability": rail_reachability,
+            "twinrail_weights_needed": weights_needed,
+        }

@@ -1,0 +1,148 @@
+"""filter_plugins/twinrail.py: the rails' drift and reachability on real
+captures of the lab's iproute2 output (tests/fixtures/lab/), the bandwidth
+plan and what a node lacks of a weight set."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+
+import pytest
+
+from conftest import FIXTURES, REPO
+
+_spec = importlib.util.spec_from_file_location("twinrail_filters", REPO / "filter_plugins" / "twinrail.py")
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+
+LAB = FIXTURES / "lab"
+RAILS = [{"name": "rail0", "interface": "ens1f0np0", "rdma_device": "", "address": "198.19.0.1/24"},
+         {"name": "rail1", "interface": "ens1f1np1", "rdma_device": "", "address": "198.19.1.1/24"}]
+WORKER_RAILS = [dict(r, address=r["address"].replace(".1/24", ".2/24")) for r in RAILS]
+
+
+def capture(name: str):
+    return json.loads((LAB / name).read_text())
+
+
+def test_the_ansible_plugin_loader_finds_every_filter():
+    assert set(filters.FilterModule().filters()) == {
+        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed"}
+
+
+# ------------------------------------------------------------ drift
+
+def test_converged_rails_have_not_drifted():
+    for node, rails in (("master", RAILS), ("worker1", WORKER_RAILS)):
+        addresses = capture(f"ip_j_address_show_converged_lab_{node}.json")
+        routes = capture(f"ip_j_route_show_table_all_converged_lab_{node}.json")
+        assert filters.rails_drifted(rails, addresses, routes, 9000, 100) == []
+
+
+@pytest.mark.parametrize("change, drifted", [
+    ({"mtu": 4200}, ["ens1f0np0"]),                       # the file asks for another MTU
+    ({"address": "198.19.0.7/24"}, ["ens1f0np0"]),        # another address
+])
+def test_a_rail_unlike_its_file_has_drifted(change, drifted):
+    rails = [dict(RAILS[0], **change), RAILS[1]]
+    addresses = capture("ip_j_address_show_converged_lab_master.json")
+    routes = capture("ip_j_route_show_table_all_converged_lab_master.json")
+    assert filters.rails_drifted(rails, addresses, routes, 9000, 100) == drifted
+
+
+def test_a_rail_whose_table_lost_its_route_has_drifted_and_a_rail_set_down_has_not():
+    addresses = capture("ip_j_address_show_converged_lab_master.json")
+    routes = [r for r in capture("ip_j_route_show_table_all_converged_lab_master.json") if r.get("table") != "102"]
+    assert filters.rails_drifted(RAILS, addresses, routes, 9000, 100) == ["ens1f1np1"]
+    down = copy.deepcopy(addresses)
+    for link in down:
+        if link["ifname"] == "ens1f1np1":
+            link["flags"] = [f for f in link["flags"] if f not in ("UP", "LOWER_UP")]
+    assert filters.rails_drifted(RAILS, down, routes, 9000, 100) == []
+    # the default MTU applies to a rail that names none
+    assert filters.rails_drifted(RAILS, addresses, capture("ip_j_route_show_table_all_converged_lab_master.json"),
+                                 1500, 100) == ["ens1f0np0", "ens1f1np1"]
+
+
+# ------------------------------------------------------------ reachability
+
+def loop_results(pings_rc: list[int], route_files: list[str | None]):
+    pairs = [(RAILS[0], "lab-worker1"), (RAILS[1], "lab-worker1")]
+    pings = [{"rc": rc, "__probe": list(pair)} for rc, pair in zip(pings_rc, pairs)]
+    routes = [{"rc": 0, "stdout": (LAB / f).read_text()} if f else {"rc": 2, "stdout": ""} for f in route_files]
+    return pings, routes
+
+
+def test_a_rail_is_reachable_when_the_ping_passed_through_its_own_interface():
+    pings, routes = loop_results([0, 0], ["ip_j_route_get_rail0_peer_lab_master.json",
+                                          "ip_j_route_get_rail1_peer_lab_master.json"])
+    assert filters.rail_reachability(pings, routes, "__probe") == {"rail0": {"lab-worker1": True},
+                                                                   "rail1": {"lab-worker1": True}}
+
+
+def test_a_failed_ping_a_missing_route_or_a_route_through_another_rail_is_not():
+    pings, routes = loop_results([1, 0], ["ip_j_route_get_rail0_peer_lab_master.json", None])
+    assert filters.rail_reachability(pings, routes, "__probe") == {"rail0": {"lab-worker1": False},
+                                                                   "rail1": {"lab-worker1": False}}
+    # rail1's peer routed through rail0's interface: the ping passes, the rail does not carry it
+    pings, routes = loop_results([0, 0], ["ip_j_route_get_rail0_peer_lab_master.json",
+                                          "ip_j_route_get_rail0_peer_lab_master.json"])
+    assert filters.rail_reachability(pings, routes, "__probe")["rail1"] == {"lab-worker1": False}
+
+
+# ------------------------------------------------------------ bandwidth plan
+
+def links(rate=None, gid=None):
+    return {r["name"]: {"up": True, "rate_gbps": rate, "gid_index": gid, "problem": ""} for r in RAILS}
+
+
+def plan(**kw):
+    args = dict(master="lab-master", workers=["lab-worker1"],
+                rails={"lab-master": RAILS, "lab-worker1": WORKER_RAILS},
+                links={"lab-master": links(10.0), "lab-worker1": links(10.0)}, active=None,
+                default_rate_gbps=200, min_ratio=0.9, perftest_port_base=18515, iperf3_port_base=5201)
+    args.update(kw)
+    return filters.bandwidth_plan(args.pop("master"), args.pop("workers"), args.pop("rails"), args.pop("links"),
+                                  args.pop("active"), **args)
+
+
+def test_one_measurement_per_worker_and_rail_over_tcp_without_rdma_devices():
+    assert plan() == [
+        {"rail": "rail0", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
+         "client_address": "198.19.0.1", "server_address": "198.19.0.2", "client_device": "", "server_device": "",
+         "client_gid": None, "server_gid": None, "port": 5201, "rate_gbps": 10.0, "required_gbps": 9.0},
+        {"rail": "rail1", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
+         "client_address": "198.19.1.1", "server_address": "198.19.1.2", "client_device": "", "server_device": "",
+         "client_gid": None, "server_gid": None, "port": 5202, "rate_gbps": 10.0, "required_gbps": 9.0}]
+
+
+def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
+    rdma = [dict(r, rdma_device=f"rocep1s0f{i}") for i, r in enumerate(RAILS)]
+    worker2 = [dict(r, address=r["address"].replace(".1/24", ".3/24")) for r in rdma]
+    p = plan(workers=["lab-worker1", "lab-worker2"],
+             rails={"lab-master": rdma, "lab-worker1": [dict(r, rdma_device="mlx5_0") for r in WORKER_RAILS],
+                    "lab-worker2": worker2},
+             links={"lab-master": links(200.0, 3), "lab-worker1": links(100.0, 1), "lab-worker2": links(None, 3)})
+    assert [(x["server"], x["rail"], x["transport"], x["port"], x["rate_gbps"], x["required_gbps"]) for x in p] == [
+        ("lab-worker1", "rail0", "rdma", 18515, 100.0, 90.0), ("lab-worker1", "rail1", "rdma", 18516, 100.0, 90.0),
+        ("lab-worker2", "rail0", "rdma", 18525, 200.0, 180.0), ("lab-worker2", "rail1", "rdma", 18526, 200.0, 180.0)]
+    assert p[0]["client_gid"] == 3 and p[0]["server_gid"] == 1 and p[0]["server_device"] == "mlx5_0"
+    # one end without a device: TCP
+    half = plan(rails={"lab-master": rdma, "lab-worker1": WORKER_RAILS})
+    assert {x["transport"] for x in half} == {"tcp"}
+
+
+def test_only_the_active_rails_and_the_default_rate_when_no_end_knows_it():
+    p = plan(active=["rail1"], links={"lab-master": links(), "lab-worker1": links()})
+    assert [(x["rail"], x["port"], x["rate_gbps"], x["required_gbps"]) for x in p] == [("rail1", 5202, 200, 180.0)]
+
+
+# ------------------------------------------------------------ weights
+
+def test_what_a_node_lacks_is_every_bad_file_with_its_source_size():
+    bad = [{"file": "a/1.safetensors", "reason": "missing"}, {"file": "b.gguf", "reason": "sha256"}]
+    assert filters.weights_needed(bad, {"a/1.safetensors": 10, "b.gguf": 20, "c": 5}) == \
+        {"a/1.safetensors": 10, "b.gguf": 20}
+    assert filters.weights_needed(bad, {}) == {"a/1.safetensors": 0, "b.gguf": 0}
+    assert filters.weights_needed([], {"c": 5}) == {} == filters.weights_needed(None, {"c": 5})
