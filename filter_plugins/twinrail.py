@@ -12,7 +12,8 @@ DOCUMENTATION = r"""
 name: twinrail
 short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
-  - twinrail_bandwidth_plan, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_weights_needed.
+  - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
+    twinrail_weights_needed.
 """
 
 
@@ -63,6 +64,31 @@ def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, ac
     return plan
 
 
+def bandwidth_rails(plan: list[dict], results: list[dict], max_typical_us: float, max_p999_us: float) -> list[dict]:
+    """Each planned measurement with its runs: bandwidth results (kind bw)
+    and latency results (kind lat) of the same rail and server, in the order
+    they ran, and the latency bounds the verdict applies."""
+    out = []
+    for item in plan:
+        mine = [r for r in results if r["rail"] == item["rail"] and r["server"] == item["server"]]
+        out.append(dict(item, runs=[r["result"] for r in mine if r["kind"] == "bw"],
+                        latency=[r["result"] for r in mine if r["kind"] == "lat"],
+                        max_typical_us=float(max_typical_us), max_p999_us=float(max_p999_us)))
+    return out
+
+
+def bandwidth_aggregates(aggregates: list[dict], plan: list[dict], master: str, required_gbps: float) -> list[dict]:
+    """Per worker measured with every rail at once (first seen first): its
+    rails, the required aggregate and the results of each run."""
+    out = []
+    for worker in dict.fromkeys(a["server"] for a in aggregates):
+        out.append({"client": master, "server": worker,
+                    "rails": [p["rail"] for p in plan if p["server"] == worker],
+                    "required_gbps": float(required_gbps),
+                    "runs": [a["results"] for a in aggregates if a["server"] == worker]})
+    return out
+
+
 def rails_drifted(rails: list[dict], addresses: list[dict], routes: list[dict], default_mtu: int,
                   table_base: int) -> list[str]:
     """Interfaces of the rails that are up but whose MTU, address or own
@@ -100,6 +126,22 @@ def rail_reachability(pings: list[dict], routes: list[dict], loop_var: str) -> d
     return out
 
 
+def rails_routed_directly(routes: list[dict], rails: list[dict], loop_var: str) -> list[dict]:
+    """The loop items (rails) of ``routes`` (results of `ip -j route get PEER
+    from OWN` looped over rails, the rail under ``loop_var``) whose route
+    leaves by that rail's own interface in ``rails`` (the asking node's):
+    never the management network or a default route."""
+    direct = []
+    for result in routes:
+        item = result[loop_var]
+        mine = _rail(rails, item["name"])
+        if result.get("rc") == 0:
+            found = json.loads(result.get("stdout") or "[]")
+            if found and found[0].get("dev", "") == mine["interface"]:
+                direct.append(item)
+    return direct
+
+
 def weights_needed(bad: list[dict], sizes: dict) -> dict:
     """file -> its size at the source, for every file the check found bad
     (missing or not matching the manifest)."""
@@ -112,7 +154,10 @@ class FilterModule:  # pylint: disable=too-few-public-methods
     def filters(self):
         return {
             "twinrail_bandwidth_plan": bandwidth_plan,
+            "twinrail_bandwidth_rails": bandwidth_rails,
+            "twinrail_bandwidth_aggregates": bandwidth_aggregates,
             "twinrail_rails_drifted": rails_drifted,
             "twinrail_rail_reachability": rail_reachability,
             "twinrail_weights_needed": weights_needed,
+            "twinrail_rails_routed_directly": rails_routed_directly,
         }

@@ -28,7 +28,8 @@ def capture(name: str):
 
 def test_the_ansible_plugin_loader_finds_every_filter():
     assert set(filters.FilterModule().filters()) == {
-        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed"}
+        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
+        "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates"}
 
 
 # ------------------------------------------------------------ drift
@@ -91,6 +92,16 @@ def test_a_failed_ping_a_missing_route_or_a_route_through_another_rail_is_not():
     assert filters.rail_reachability(pings, routes, "__probe")["rail1"] == {"lab-worker1": False}
 
 
+def test_only_the_rails_whose_route_leaves_by_their_own_interface_carry_weights():
+    routes = [{"rc": 0, "stdout": (LAB / "ip_j_route_get_rail0_peer_lab_master.json").read_text(), "__r": RAILS[0]},
+              {"rc": 0, "stdout": (LAB / "ip_j_route_get_rail1_peer_lab_master.json").read_text(), "__r": RAILS[1]}]
+    assert filters.rails_routed_directly(routes, RAILS, "__r") == RAILS
+    # rail1's peer reached through rail0's interface, or no route at all
+    crossed = [routes[0], dict(routes[0], __r=RAILS[1])]
+    assert filters.rails_routed_directly(crossed, RAILS, "__r") == [RAILS[0]]
+    assert filters.rails_routed_directly([dict(routes[0], rc=2, stdout="")], RAILS, "__r") == []
+
+
 # ------------------------------------------------------------ bandwidth plan
 
 def links(rate=None, gid=None):
@@ -136,6 +147,34 @@ def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
 def test_only_the_active_rails_and_the_default_rate_when_no_end_knows_it():
     p = plan(active=["rail1"], links={"lab-master": links(), "lab-worker1": links()})
     assert [(x["rail"], x["port"], x["rate_gbps"], x["required_gbps"]) for x in p] == [("rail1", 5202, 200, 180.0)]
+
+
+def test_each_measurement_gets_its_own_runs_and_the_latency_bounds():
+    p = plan()
+    results = [{"rail": "rail0", "server": "lab-worker1", "kind": "bw", "result": {"avg_gbps": 9.7}},
+               {"rail": "rail1", "server": "lab-worker1", "kind": "bw", "result": {"avg_gbps": 9.1}},
+               {"rail": "rail0", "server": "lab-worker1", "kind": "bw", "result": {"avg_gbps": 9.5}},
+               {"rail": "rail0", "server": "lab-worker1", "kind": "lat", "result": {"typical_us": 3.1}},
+               {"rail": "rail0", "server": "lab-worker2", "kind": "bw", "result": {"avg_gbps": 1.0}}]
+    rails = filters.bandwidth_rails(p, results, "5", 50)
+    assert [r["runs"] for r in rails] == [[{"avg_gbps": 9.7}, {"avg_gbps": 9.5}], [{"avg_gbps": 9.1}]]
+    assert rails[0]["latency"] == [{"typical_us": 3.1}] and rails[1]["latency"] == []
+    assert rails[0]["max_typical_us"] == 5.0 and rails[0]["max_p999_us"] == 50.0
+    assert {k: v for k, v in rails[0].items() if k in p[0]} == p[0]
+
+
+def test_the_aggregate_per_worker_names_its_rails_and_every_run():
+    p = plan(workers=["lab-worker1", "lab-worker2"],
+             rails={"lab-master": RAILS, "lab-worker1": WORKER_RAILS, "lab-worker2": WORKER_RAILS},
+             links={"lab-master": links(10.0), "lab-worker1": links(10.0), "lab-worker2": links(10.0)})
+    runs = [{"server": "lab-worker2", "results": [1]}, {"server": "lab-worker1", "results": [2]},
+            {"server": "lab-worker2", "results": [3]}]
+    assert filters.bandwidth_aggregates(runs, p, "lab-master", "18") == [
+        {"client": "lab-master", "server": "lab-worker2", "rails": ["rail0", "rail1"], "required_gbps": 18.0,
+         "runs": [[1], [3]]},
+        {"client": "lab-master", "server": "lab-worker1", "rails": ["rail0", "rail1"], "required_gbps": 18.0,
+         "runs": [[2]]}]
+    assert filters.bandwidth_aggregates([], p, "lab-master", 18) == []
 
 
 # ------------------------------------------------------------ weights
