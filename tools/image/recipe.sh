@@ -44,6 +44,19 @@ systemctl mask getty.target console-getty.service systemd-udevd.service \
   systemd-modules-load.service systemd-remount-fs.service \
   apt-daily.timer apt-daily-upgrade.timer 2>/dev/null || true
 
+# The management interface (eth0) is Docker's, not systemd-networkd's (on a
+# real node networkd, netplan or NetworkManager brings it up). Once the rdma
+# stage enables networkd for the rails, the first unit that wants
+# network-online.target (nginx, in the service stage) would sit out
+# systemd-networkd-wait-online's 2-minute timeout waiting for it: here any
+# link networkd manages (a rail) being online is enough.
+mkdir -p /etc/systemd/system/systemd-networkd-wait-online.service.d
+cat > /etc/systemd/system/systemd-networkd-wait-online.service.d/twinrail-lab.conf <<'CONF'
+[Service]
+ExecStart=
+ExecStart=/lib/systemd/systemd-networkd-wait-online --any --timeout=30
+CONF
+
 # The lab's apt sources are Debian's archive, as on the controller.
 cat > /etc/apt/sources.list <<'CONF'
 deb http://deb.debian.org/debian bookworm main

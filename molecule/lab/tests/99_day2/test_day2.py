@@ -220,22 +220,31 @@ UNITS = ((MASTER, "twinrail-llama.service"), (WORKER, "twinrail-rpc@198.19.0.2.s
 
 
 def test_rollback_after_a_second_runtime_build(host):
-    """A second build of the runtime with another option (the ISA level),
-    deployed on both nodes, then rollback.yml: both nodes
-    run the first build-id again, the record is the one before, the service
-    answers, and the site run as it is changes nothing."""
+    """A second build of the runtime with another option (the commit it is
+    stamped with: only that stamp's files compile again, the rest comes from
+    the builder's ccache), deployed on both nodes, then rollback.yml: both
+    nodes run the first build-id again, the record is the one before, the
+    service answers, and the site run as it is changes nothing."""
     first = {c: (release(c), record(c)["digest"]) for c in (MASTER, WORKER)}
     assert len({r for r, _ in first.values()}) == 1, first
     first_build = first[MASTER][0]
     assert {running_release(c, u) for c, u in UNITS} == {first_build}
-    flags = '{"runtime_build_isa_flags": ["-march=x86-64-v2", "-mtune=generic"]}'
+    flags = '{"runtime_build_cmake_extra": {"LLAMA_BUILD_COMMIT": "twinrail-second-build"}}'
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime,service", "-e", flags)
     assert proc.returncode == 0, proc.stdout[-3000:]
     second = {c: (release(c), record(c)["digest"]) for c in (MASTER, WORKER)}
     second_build = second[MASTER][0]
     assert second_build != first_build and second[WORKER][0] == second_build, (first, second)
     assert all(second[c][1] != first[c][1] for c in second), (first, second)
-    assert manifest(WORKER, second_build)["isa_flags"] == ["-march=x86-64-v2", "-mtune=generic"]
+    assert manifest(WORKER, second_build)["cmake"]["LLAMA_BUILD_COMMIT"] == "twinrail-second-build"
+    version = subprocess.run(["docker", "exec", WORKER, f"/opt/twinrail/runtime/{second_build}/bin/llama-server",
+                              "--version"], capture_output=True, text=True, check=False)
+    assert "commit twinrail-second-build" in version.stdout + version.stderr, version
+    # the builder's ccache served the objects the stamp does not touch
+    log = subprocess.run(["docker", "exec", MASTER, "cat", f"/var/cache/twinrail/build/{second_build}/build.log"],
+                         capture_output=True, text=True, check=True).stdout
+    hits = re.search(r"^\s*Hits:\s+(\d+) /\s*(\d+)", log, re.M)
+    assert hits and int(hits.group(1)) > int(hits.group(2)) // 2, log[-1500:]
     assert record(WORKER)["runtime"]["release"] == second_build
     # the units were restarted on the new build, not left on the old binaries
     assert {running_release(c, u) for c, u in UNITS} == {second_build}
