@@ -76,4 +76,5 @@ def test_the_guard_runs_from_the_release_the_configuration_names(host):
     assert f"TWINRAIL_GUARD_RELEASE={release}\n" in env and f"TWINRAIL_GUARD={pyz}\n" in env
     unit = "twinrail-guard.service" if host.backend.get_hostname() == "lab-master" else "twinrail-agent.service"
     pid = host.check_output(f"systemctl show -p MainPID --value {unit}")
-    assert host.file(f"/proc/{pid}/cmdline").content.split(b"\0")[:2] == [b"/usr/bin/python3", pyz.encode()]
+    argv = host.check_output(f"tr '\\000' '\\n' < /proc/{pid}/cmdline").split("\n")
+    assert argv[:2] == ["/usr/bin/python3", pyz], argv
