@@ -39,6 +39,14 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO / "inventory" / "lab"
 # the lab belongs to the machine, not to a checkout (inventory/lab says why)
 STATE_DIR = Path.home() / ".local" / "state" / "twinrail-lab"
+# The runtime builder's ccache is kept on the controller, like the image and
+# the model bundle, and bound into every node at the runtime stage's
+# <runtime_build_root>/ccache: a lab made anew still configures, compiles
+# (through the cache), links, checks and ships every build, but compiles
+# again only what an earlier lab did not. The first lab on a machine
+# compiles everything.
+CCACHE_DIR = Path.home() / ".cache" / "twinrail" / "ccache"
+CCACHE_MOUNT = "/var/cache/twinrail/build/ccache"
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
 IMAGE_REPO = "twinrail-node"
 DEBIAN_SUITE = "bookworm"
@@ -342,7 +350,9 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
             "--stop-signal", "SIGRTMIN+3",
             "--tmpfs", "/run", "--tmpfs", "/run/lock",
             "--volume", f"{STATE_DIR / 'ssh' / 'authorized_keys'}:"
-                        f"/etc/ssh/authorized_keys/{OPERATOR}:ro"]
+                        f"/etc/ssh/authorized_keys/{OPERATOR}:ro",
+            "--volume", f"{CCACHE_DIR}:{CCACHE_MOUNT}"]
+    CCACHE_DIR.mkdir(parents=True, exist_ok=True)
     for cap in CAPABILITIES:
         argv += ["--cap-add", cap]
     if cgroup_v2():

@@ -45,17 +45,13 @@ systemctl mask getty.target console-getty.service systemd-udevd.service \
   apt-daily.timer apt-daily-upgrade.timer 2>/dev/null || true
 
 # The management interface (eth0) is Docker's, not systemd-networkd's (on a
-# real node networkd, netplan or NetworkManager brings it up). Once the rdma
-# stage enables networkd for the rails, the first unit that wants
-# network-online.target (nginx, in the service stage) would sit out
-# systemd-networkd-wait-online's 2-minute timeout waiting for it: here any
-# link networkd manages (a rail) being online is enough.
-mkdir -p /etc/systemd/system/systemd-networkd-wait-online.service.d
-cat > /etc/systemd/system/systemd-networkd-wait-online.service.d/twinrail-lab.conf <<'CONF'
-[Service]
-ExecStart=
-ExecStart=/lib/systemd/systemd-networkd-wait-online --any --timeout=30
-CONF
+# real node networkd, netplan or NetworkManager brings it up), and the rails
+# are not required for online (RequiredForOnline=no, the rdma stage): once
+# that stage enables networkd, systemd-networkd-wait-online can never see a
+# link online here, and the first unit that wants network-online.target
+# (nginx, in the service stage) would sit out its timeout and leave the
+# node degraded. The lab has no online to wait for: masked.
+systemctl mask systemd-networkd-wait-online.service
 
 # The lab's apt sources are Debian's archive, as on the controller.
 cat > /etc/apt/sources.list <<'CONF'
