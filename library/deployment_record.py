@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: deployment_record
 short_description: Record what is deployed on a node (the seed's deployment record)
 description:
-  - Reads what the node runs, kernel, distribution, the versions of the
+  - Reads what the node runs, its machine-id, kernel, distribution, the versions of the
     RDMA stack packages, the firmware of each rail's NIC where ethtool reads
     it, the runtime release behind C(current) with its manifest, every
     model's current revision with the sha256 of its manifest, the service
@@ -169,8 +169,16 @@ def collect(module):
             if revision:
                 manifest_path = os.path.join(p["weights_root"], model, ".twinrail-manifests", revision + ".sha256")
                 models[model] = {"revision": revision, "manifest_sha256": manifest_digest(manifest_path)}
+    try:
+        with open("/etc/machine-id", encoding="ascii") as handle:
+            machine_id = handle.read().strip() or None
+    except OSError:
+        machine_id = None
     return {
         "host": p["host"],
+        # the node itself: a reinstalled or replaced box gets a new one, and
+        # nothing measured on the old one holds for it
+        "machine_id": machine_id,
         "kernel": platform.release(),
         "distribution": os_release(),
         "packages": packages,

@@ -40,12 +40,19 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+kernel:
+  description: The running kernel's release (what a bandwidth baseline is valid for).
+  returned: always
+  type: str
 rails:
-  description: Per rail name, its state (up, problem, rate_gbps, netdev, port, gid_index).
+  description: >-
+    Per rail name, its state (up, problem, rate_gbps, netdev with driver and PCIe link, port with firmware,
+    gid_index).
   returned: always
   type: dict
 """
 
+import platform
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
@@ -76,7 +83,7 @@ def main() -> None:
                 except ParseError:
                     pass
         states[rail["name"]] = state
-    module.exit_json(changed=False, rails=states)
+    module.exit_json(changed=False, rails=states, kernel=platform.release())
 
 
 if __name__ == "__main__":

@@ -216,10 +216,18 @@ def read_netdev(root: str, ifname: str) -> dict | None:
         speed_mbps = None
     if speed_mbps is not None and speed_mbps < 0:
         speed_mbps = None  # -1: unknown (link down)
+    device = os.path.join(base, "device")
+    driver = os.path.join(device, "driver")
+    pci_speed = _read(os.path.join(device, "current_link_speed"))
+    pci_width = _read(os.path.join(device, "current_link_width"))
     return {"interface": ifname, "operstate": _read(os.path.join(base, "operstate")),
             "carrier": carrier == "1",
             "speed_gbps": speed_mbps / 1000 if speed_mbps else None,
-            "mtu": int(_read(os.path.join(base, "mtu")) or 0)}
+            "mtu": int(_read(os.path.join(base, "mtu")) or 0),
+            # what a baseline is valid for: the driver bound to the NIC and
+            # the PCIe link it trained to (none on a veth)
+            "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
+            "pci_link": f"{pci_speed} x{pci_width}" if pci_speed and pci_width else None}
 
 
 def select_gid(gids: dict, ipv4: str, gid_type: str = "RoCE v2") -> int | None:
@@ -250,6 +258,7 @@ def rail_state(root: str, rail: dict) -> dict:
             state.update(up=False, problem=f"RDMA device {state['rdma_device']} does not exist")
             return state
         port = read_ib_port(root, state["rdma_device"], ports[0])
+        port["fw_ver"] = _read(os.path.join(root, "class", "infiniband", state["rdma_device"], "fw_ver"))
         state["port"] = port
         state["rate_gbps"] = port["rate_gbps"]
         if port["state"] != "ACTIVE" or port["physical_state"] != "LinkUp":

@@ -1,0 +1,218 @@
+# -*- coding: utf-8 -*-
+"""When a measurement means something: the bandwidth baseline and the
+acceptance verdict, kept on the controller, and what would make them stale.
+
+A re-run of site.yml on a serving cluster must not load its rails or its
+service for nothing. The bandwidth stage measures when the rails'
+configuration, their driver, firmware or PCIe link, a node's kernel, the
+gate's own settings or the nodes changed since the kept baseline, when the
+baseline is older than a set age, failed, or when the error counters grew
+since it was taken; the acceptance stage when what is deployed (runtime,
+guard, weights, service configuration, the node itself) or its own
+settings changed, or the last verdict failed. Either runs when asked. Each
+decision comes with its reasons, in words, for the run's output.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+
+# the report's run name: reports/<run>/ (date -u +%Y%m%dT%H%M%SZ)
+RUN_FORMAT = "%Y%m%dT%H%M%SZ"
+MODES = ("auto", "always")
+
+
+def run_time(run: str) -> float | None:
+    """Seconds since the epoch of a run named like 20261201T103000Z."""
+    try:
+        return float(calendar.timegm(time.strptime(run, RUN_FORMAT)))
+    except (TypeError, ValueError):
+        return None
+
+
+def run_date(run: str) -> str:
+    when = run_time(run)
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when)) if when is not None else str(run)
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
+def _diff(prefix: str, old: dict, new: dict) -> list[str]:
+    """Every key whose value differs, as "prefix key old -> new", sorted."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"{prefix}{key} {old.get(key)!r} -> {new.get(key)!r}")
+    return out
+
+
+# --------------------------------------------------------------------------
+# bandwidth
+
+def bandwidth_fingerprint(rails: dict, links: dict) -> dict:
+    """What a bandwidth baseline is valid for, per host: its kernel and, per
+    rail, the configuration (interface, address, RDMA device, MTU asked) and
+    what the link shows (negotiated rate, MTU, driver, firmware, PCIe link).
+
+    rails: {host: twinrail_rails}; links: {host: rdma_link_facts result}.
+    """
+    out = {}
+    for host in sorted(rails):
+        facts = links.get(host) or {}
+        states = facts.get("rails") or {}
+        per_rail = {}
+        for rail in sorted(rails[host] or [], key=lambda r: r["name"]):
+            state = states.get(rail["name"]) or {}
+            net = state.get("netdev") or {}
+            port = state.get("port") or {}
+            per_rail[rail["name"]] = {
+                "interface": rail.get("interface"),
+                "address": rail.get("address"),
+                "rdma_device": rail.get("rdma_device") or "",
+                "mtu": net.get("mtu"),
+                "rate_gbps": state.get("rate_gbps"),
+                "driver": net.get("driver"),
+                "firmware": port.get("fw_ver") or net.get("firmware"),
+                "pci_link": net.get("pci_link"),
+            }
+        out[host] = {"kernel": facts.get("kernel"), "rails": per_rail}
+    return out
+
+
+def _grown(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in sorted(after)
+            if isinstance(after[k], int) and after[k] > before.get(k, 0)}
+
+
+def bandwidth_due(baseline: dict | None, fingerprint: dict, settings: dict, counters: dict,
+                  now: float, max_age_s: float, mode: str, asked: bool) -> dict:
+    """Whether the bandwidth stage measures, and why (or why not).
+
+    baseline: the kept report (reports/latest/bandwidth.json) or None;
+    counters: {host: {rail: {counter: value}}} read now.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    reasons = []
+    if asked:
+        reasons.append("asked for (--tags bandwidth alone)")
+    if mode == "always":
+        reasons.append("asked for (bandwidth_gate_measure=always)")
+    run = (baseline or {}).get("run")
+    if not baseline:
+        reasons.append("no baseline kept on the controller")
+    elif "fingerprint" not in baseline:
+        reasons.append(f"the baseline of {run_date(run)} does not say what it was measured on")
+    else:
+        if not baseline.get("passed"):
+            reasons.append(f"the baseline of {run_date(run)} failed its gate")
+        taken = run_time(run)
+        if taken is None:
+            reasons.append(f"the baseline's date is unreadable ({run!r})")
+        elif now - taken > max_age_s:
+            reasons.append(f"the baseline is {_age(now - taken)} old (at most {_age(max_age_s)})")
+        old = baseline["fingerprint"]
+        for host in sorted(set(old) | set(fingerprint)):
+            if host not in old:
+                reasons.append(f"{host} is not in the baseline")
+                continue
+            if host not in fingerprint:
+                reasons.append(f"{host} was in the baseline and is not in this run")
+                continue
+            if old[host].get("kernel") != fingerprint[host].get("kernel"):
+                reasons.append(f"{host}: kernel {old[host].get('kernel')} -> {fingerprint[host].get('kernel')}")
+            old_rails, new_rails = old[host].get("rails", {}), fingerprint[host].get("rails", {})
+            for rail in sorted(set(old_rails) | set(new_rails)):
+                if rail not in old_rails or rail not in new_rails:
+                    reasons.append(f"{host}: {rail} {'added' if rail not in old_rails else 'removed'}")
+                    continue
+                reasons.extend(_diff(f"{host}: {rail} ", old_rails[rail], new_rails[rail]))
+        reasons.extend(_diff("setting ", baseline.get("settings", {}), settings))
+        kept = baseline.get("counters", {})
+        for host in sorted(counters):
+            for rail in sorted(counters[host]):
+                grown = _grown(kept.get(host, {}).get(rail, {}), counters[host][rail])
+                if grown:
+                    reasons.append(f"{host}: {rail} error counters grew since the baseline: "
+                                   + ", ".join(f"{k} +{v}" for k, v in grown.items()))
+    measure = bool(reasons)
+    if measure:
+        msg = "bandwidth: measuring: " + "; ".join(reasons)
+    else:
+        msg = (f"bandwidth: baseline of {run_date(run)} still valid (same kernel, rails, driver, firmware, "
+               f"links and settings on {', '.join(sorted(fingerprint))}; no error counter grew; "
+               f"{_age(now - run_time(run))} old, at most {_age(max_age_s)}): nothing measured")
+    return {"measure": measure, "reasons": reasons, "baseline_run": run, "msg": msg}
+
+
+# --------------------------------------------------------------------------
+# acceptance
+
+def deployed_key(record: dict) -> dict:
+    """What an acceptance verdict is valid for on one node: the node itself
+    and what it serves (from its deployment record)."""
+    return {
+        "machine_id": record.get("machine_id"),
+        "runtime": (record.get("runtime") or {}).get("release"),
+        "guard": (record.get("guard") or {}).get("sha256"),
+        "models": {name: (model or {}).get("manifest_sha256")
+                   for name, model in sorted((record.get("models") or {}).items())},
+        "config_version": record.get("config_version"),
+    }
+
+
+def acceptance_due(last: dict | None, records: dict, settings: dict, mode: str, asked: bool) -> dict:
+    """Whether the acceptance stage measures, and why (or why not).
+
+    last: the newest acceptance report (reports/<run>/acceptance.json) or
+    None; records: {host: deployment record read in this run, or None}.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    reasons = []
+    if asked:
+        reasons.append("asked for (--tags acceptance alone)")
+    if mode == "always":
+        reasons.append("asked for (acceptance_measure=always)")
+    deployed = {}
+    for host in sorted(records):
+        if not records[host]:
+            reasons.append(f"{host}: what is deployed was not read in this run")
+        else:
+            deployed[host] = deployed_key(records[host])
+    context = (last or {}).get("context") or {}
+    run = context.get("run")
+    if not last:
+        reasons.append("no acceptance report kept on the controller")
+    elif "deployed" not in context:
+        reasons.append(f"the report of {run_date(run)} does not say what it was measured on")
+    else:
+        if last.get("failures"):
+            reasons.append(f"the report of {run_date(run)} failed {len(last['failures'])} check(s)")
+        old = context["deployed"]
+        for host in sorted(set(old) | set(deployed)):
+            if host not in deployed:
+                continue  # not read: said above
+            if host not in old:
+                reasons.append(f"{host} is not in the last report")
+                continue
+            for key in ("machine_id", "runtime", "guard", "models", "config_version"):
+                if old[host].get(key) != deployed[host].get(key):
+                    what = {"machine_id": "the node itself (machine-id)", "runtime": "runtime release",
+                            "guard": "guard", "models": "weights", "config_version": "service configuration"}[key]
+                    reasons.append(f"{host}: {what} {old[host].get(key)!r} -> {deployed[host].get(key)!r}")
+        reasons.extend(_diff("setting ", context.get("settings", {}), settings))
+    measure = bool(reasons)
+    if measure:
+        msg = "acceptance: measuring: " + "; ".join(reasons)
+    else:
+        msg = (f"acceptance: verdict of {run_date(run)} still valid (PASS; same runtime, guard, weights, "
+               f"configuration and settings on {', '.join(sorted(deployed))}): nothing measured")
+    return {"measure": measure, "reasons": reasons, "last_run": run, "deployed": deployed, "msg": msg}

@@ -1,0 +1,78 @@
+"""Re-runs on the converged, serving lab leave it alone: site.yml again
+reports changed=0, says which bandwidth baseline and which acceptance
+verdict still hold, and sends no measurement over the rails (their byte
+counters, read on both nodes before and after, barely move); a changed
+gate setting measures again and says why. Runs once, from the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+testinfra_hosts = ["ansible://master"]
+
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+NODES = {"lab-master": "twinrail-lab-master", "lab-worker1": "twinrail-lab-worker1"}
+RAILS = ("ens1f0np0", "ens1f1np1")
+RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+# a guard probing its agents and the rdma stage's pings move kilobytes; one
+# perftest or iperf3 run (5 s at the lab's >= 5 Gb/s) moves gigabytes
+QUIET_BYTES = 32 * 1024 * 1024
+
+
+def playbook(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), str(PROJECT / "site.yml"),
+                           *argv], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def rail_bytes() -> dict:
+    """rx + tx bytes of every rail interface of every node."""
+    out = {}
+    for name, container in NODES.items():
+        for rail in RAILS:
+            read = subprocess.run(["docker", "exec", container, "cat", f"/sys/class/net/{rail}/statistics/rx_bytes",
+                                   f"/sys/class/net/{rail}/statistics/tx_bytes"],
+                                  capture_output=True, text=True, check=True).stdout.split()
+            out[(name, rail)] = sum(int(v) for v in read)
+    return out
+
+
+def test_a_noop_rerun_changes_nothing_and_measures_nothing():
+    before = rail_bytes()
+    proc = playbook()
+    after = rail_bytes()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    recap = {m.group(1): int(m.group(2)) for m in RECAP.finditer(proc.stdout)}
+    assert set(recap) == set(NODES) and not any(recap.values()), recap
+    assert re.search(r"bandwidth: baseline of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid", out), out[-3000:]
+    assert re.search(r"acceptance: verdict of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid \(PASS;", out), out[-3000:]
+    moved = {key: after[key] - before[key] for key in before}
+    assert all(m < QUIET_BYTES for m in moved.values()), f"measurement traffic on the rails: {moved}"
+    print(f"no-op site.yml: rail bytes moved {moved}")
+
+
+def test_a_changed_gate_setting_measures_again_and_says_why(tmp_path):
+    # the converge's baseline copied aside: this run's report goes there and
+    # the one the other verifiers read stays the converge's
+    kept = json.loads((PROJECT / "reports" / "latest" / "bandwidth.json").read_text())
+    (tmp_path / kept["run"]).mkdir()
+    (tmp_path / kept["run"] / "bandwidth.json").write_text(json.dumps(kept))
+    (tmp_path / "latest").symlink_to(kept["run"])
+    before = rail_bytes()
+    proc = playbook("--tags", "bandwidth,acceptance", "-e", "bandwidth_gate_repeats=1",
+                    "-e", "bandwidth_gate_duration=2", "-e", f"bandwidth_gate_reports_dir={tmp_path}")
+    after = rail_bytes()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "bandwidth: measuring: setting duration 5 -> 2; setting repeats 3 -> 1" in out, out[-3000:]
+    # nothing the service runs changed: its verdict still holds
+    assert re.search(r"acceptance: verdict of .* still valid \(PASS;", out), out[-3000:]
+    assert all(after[(n, r)] - before[(n, r)] > QUIET_BYTES for n in NODES for r in RAILS), (before, after)
+    measured = json.loads((tmp_path / "latest" / "bandwidth.json").read_text())
+    assert measured["passed"] and measured["settings"]["repeats"] == 1
+    assert set(measured["fingerprint"]) == set(NODES)
