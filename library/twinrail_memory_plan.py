@@ -24,7 +24,7 @@ options:
     description:
       - The model (C(twinrail_model)) with C(name), C(params_b),
         C(bits_per_param), C(layers), C(kv_heads), C(head_dim), C(context),
-        C(kv_bytes), C(parallel) and optionally C(gguf).
+        C(kv_type) (a llama.cpp KV cache type), C(parallel) and optionally C(gguf).
     type: dict
     required: true
   memory_mb:

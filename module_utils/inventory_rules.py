@@ -16,6 +16,11 @@ from __future__ import annotations
 import ipaddress
 import re
 
+try:  # as Ansible ships module_utils, and as the unit tests import them
+    from ansible.module_utils.memory_plan import KV_TYPES
+except ImportError:  # pragma: no cover
+    from memory_plan import KV_TYPES
+
 MAX_WORKERS = 7
 # Ethernet rails: 1280 (the IPv6 minimum) to 9216 (the largest jumbo frame
 # that ConnectX and most switches accept).
@@ -29,7 +34,7 @@ RDMA_DEVICE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 BOOLEANS = ("twinrail_lab", "twinrail_tcp_fallback_allowed")
 ABS_PATHS = ("twinrail_weights_root", "twinrail_runtime_root")
 MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
-MODEL_NUMBERS = ("params_b", "bits_per_param", "kv_bytes")
+MODEL_NUMBERS = ("params_b", "bits_per_param")
 CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
     "twinrail_bandwidth_aggregate_min_gbps",
@@ -86,6 +91,11 @@ class Validator:
             self.errors.append(
                 f"{host}: inventory: expected a host in either 'master' or 'workers', "
                 f"got it in both")
+        for host in cluster:
+            if host not in masters and host not in workers:
+                self.errors.append(
+                    f"{host}: inventory: expected every host of 'cluster' in 'master' or 'workers', "
+                    f"got it in neither (no stage would plan anything for it)")
         for host in masters + workers:
             if host not in cluster:
                 self.errors.append(
@@ -203,7 +213,7 @@ class Validator:
     def check_model(self, host: str, model) -> None:
         if not isinstance(model, dict):
             self.err(host, "twinrail_model", "a mapping (name, params_b, bits_per_param, "
-                     "layers, kv_heads, head_dim, context, kv_bytes, parallel)", model)
+                     "layers, kv_heads, head_dim, context, kv_type, parallel)", model)
             return
         name = model.get("name")
         if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
@@ -221,6 +231,15 @@ class Validator:
             value = model.get(key)
             if not _is_number(value) or value <= 0:
                 self.err(host, f"twinrail_model.{key}", "a positive number", value)
+        kv_type = model.get("kv_type")
+        if "kv_bytes" in model:
+            self.err(host, "twinrail_model.kv_bytes", "no kv_bytes: it became kv_type, the KV cache type "
+                     f"llama-server is given (one of {', '.join(KV_TYPES)}), whose bytes per element the plan "
+                     "knows", model.get("kv_bytes"))
+        if kv_type not in KV_TYPES:
+            self.err(host, "twinrail_model.kv_type", "a KV cache type llama.cpp has: "
+                     + ", ".join(f"{name} ({size:g} bytes per element)" for name, size in KV_TYPES.items()),
+                     kv_type)
         bits = model.get("bits_per_param")
         if _is_number(bits) and bits > 32:
             self.err(host, "twinrail_model.bits_per_param", "at most 32 bits", bits)

@@ -2,8 +2,8 @@
 """The memory plan of a twinrail cluster (seed 004, preflight stage).
 
     weights  = params x bits/8 x overhead            (overhead 1.2 by default)
-    kv cache = layers x kv_heads x head_dim x 2 (K and V) x kv_bytes
-               x context x parallel sequences
+    kv cache = layers x kv_heads x head_dim x 2 (K and V) x bytes per element
+               of kv_type x context x parallel sequences
     per node = (weights + kv cache) / nodes          (the runtime splits the
                                                       layers over all nodes)
 
@@ -16,6 +16,15 @@ from __future__ import annotations
 
 GIB = 1 << 30
 
+# The KV cache types llama.cpp accepts (--cache-type-k/-v, common/arg.cpp's
+# kv_cache_types) and their bytes per element: ggml's block size over its
+# element count (ggml-common.h: block_q8_0 is a 2-byte scale and 32 int8
+# for 32 elements, 34/32; block_q4_0 a scale and 16 bytes of nibbles, 18/32).
+KV_TYPES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0,
+    "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32,
+}
+
 
 def _gib(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
@@ -27,8 +36,9 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
     params = float(model["params_b"]) * 1e9
     bits = float(model["bits_per_param"])
     weights = params * bits / 8 * overhead
+    kv_elem = KV_TYPES[model["kv_type"]]
     kv = (int(model["layers"]) * int(model["kv_heads"]) * int(model["head_dim"]) * 2
-          * float(model["kv_bytes"]) * int(model["context"]) * int(model["parallel"]))
+          * kv_elem * int(model["context"]) * int(model["parallel"]))
     total = weights + kv
     count = len(memory_bytes)
     share = total / count if count else total
@@ -36,7 +46,7 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
         f"model {model['name']}: {params / 1e9:.4g} B params x {bits:.4g} bits / 8 x "
         f"{overhead:g} overhead = {_gib(weights)} of weights",
         f"KV cache: {model['layers']} layers x {model['kv_heads']} kv heads x "
-        f"{model['head_dim']} head dim x 2 (K,V) x {model['kv_bytes']} bytes x "
+        f"{model['head_dim']} head dim x 2 (K,V) x {kv_elem:g} bytes ({model['kv_type']}) x "
         f"{model['context']} context x {model['parallel']} sequences = {_gib(kv)}",
         f"total {_gib(total)} over {count} node(s) = {_gib(share)} per node",
     ]

@@ -118,6 +118,11 @@ def in_both(groups, nodes):
     groups["workers"].append("node0")
 
 
+def in_neither(groups, nodes):
+    grow(groups, nodes, 3)
+    groups["workers"].remove("node2")
+
+
 def fewer_rails(groups, nodes):
     nodes["spark-b"]["twinrail_rails"].pop()
 
@@ -245,6 +250,13 @@ BAD = [
      "spark-a: twinrail_model.params_b: expected a positive number, got '552B' (str)", 1),
     ("model-bits-too-many", setmodel("bits_per_param", 64),
      "spark-a: twinrail_model.bits_per_param: expected at most 32 bits, got 64 (int)", 1),
+    ("cluster-host-in-neither", in_neither,
+     "node2: inventory: expected every host of 'cluster' in 'master' or 'workers', got it in neither", 1),
+    ("model-kv-type-unknown", setmodel("kv_type", "q8"),
+     "spark-a: twinrail_model.kv_type: expected a KV cache type llama.cpp has: f32 (4 bytes per element), "
+     "f16 (2 bytes per element), bf16 (2 bytes per element), q8_0 (1.0625 bytes per element)", 1),
+    ("model-kv-bytes-left", setmodel("kv_bytes", 1),
+     "spark-a: twinrail_model.kv_bytes: expected no kv_bytes: it became kv_type", 1),
     ("model-gguf-relative", setmodel("gguf", "models/x.gguf"),
      "spark-a: twinrail_model.gguf: expected an absolute path on the controller", 1),
     ("weights-not-a-list", setvar("twinrail_weights", {"model": "m"}),

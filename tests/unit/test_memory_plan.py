@@ -15,8 +15,7 @@ from memory_plan import GIB, plan
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = (Path.home() / ".cache" / "twinrail" / "bundle" / "models" / "smollm2-135m-instruct"
            / "SmolLM2-135M-Instruct.Q4_1.gguf")
-NO_KV = {"layers": 1, "kv_heads": 1, "head_dim": 1, "context": 1, "kv_bytes": 0,
-         "parallel": 1}
+NO_KV = {"layers": 1, "kv_heads": 1, "head_dim": 1, "context": 0, "kv_type": "f16", "parallel": 1}
 
 
 def model(**figures):
@@ -35,10 +34,15 @@ def test_seed_004_figures():
 
 
 def test_kv_cache_arithmetic():
-    """layers x kv heads x head dim x 2 x bytes x context x parallel."""
-    result = plan(model(params_b=0, bits_per_param=4, layers=30, kv_heads=3, head_dim=64,
-                        kv_bytes=2, context=8192, parallel=4), {"a": 8 * GIB}, 85, 92, 1.2)
-    assert result["kv_bytes"] == 30 * 3 * 64 * 2 * 2 * 8192 * 4 == 754_974_720
+    """layers x kv heads x head dim x 2 x bytes per element of the type x context x parallel."""
+    figures = dict(params_b=0, bits_per_param=4, layers=30, kv_heads=3, head_dim=64, context=8192, parallel=4)
+    f16 = plan(model(kv_type="f16", **figures), {"a": 8 * GIB}, 85, 92, 1.2)
+    assert f16["kv_bytes"] == 30 * 3 * 64 * 2 * 2 * 8192 * 4 == 754_974_720
+    # q8_0: blocks of 32 elements in 34 bytes; q4_0: 18 bytes
+    assert plan(model(kv_type="q8_0", **figures), {"a": 8 * GIB}, 85, 92, 1.2)["kv_bytes"] == 754_974_720 * 34 // 64
+    q4 = plan(model(kv_type="q4_0", **figures), {"a": 8 * GIB}, 85, 92, 1.2)
+    assert q4["kv_bytes"] == 754_974_720 * 18 // 64
+    assert "x 0.5625 bytes (q4_0) x" in q4["lines"][1]
 
 
 def test_share_is_split_over_nodes_and_gated_by_soft_watermark():
