@@ -51,6 +51,8 @@ site: venv
 lab: lab-up
 	@$(call timed,ansible-playbook -i $(INVENTORY) site.yml,site.yml on the lab)
 	@echo
+	@$(BIN)/python tools/lab.py -i $(INVENTORY) service
+	@echo
 	@echo "The lab is up. Next:"
 	@echo "  make lab-status                          nodes and rails"
 	@echo "  $(VENV)/bin/ansible-playbook site.yml --tags <stage>  one stage again"

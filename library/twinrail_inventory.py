@@ -32,6 +32,15 @@ options:
       - For every host of the C(cluster) group, its C(twinrail_*) variables.
     type: dict
     required: true
+  names:
+    description:
+      - For every host of the C(cluster) group, the names of its variables with twinrail's prefixes
+        (C(twinrail_) and each stage's, e.g. C(inference_service_)); an unknown one is refused with the closest
+        known name. Not checked when absent.
+    type: dict
+  roles_dir:
+    description: Where the stages' roles are; the option names of their argument specs are the known settings.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -58,8 +67,23 @@ nodes:
   elements: str
 """
 
+import glob
+import os
+
+import yaml
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.inventory_rules import validate
+
+
+def stage_settings(roles_dir: str) -> set:
+    """Every option of every entry point of every role's argument spec."""
+    names = set()
+    for path in sorted(glob.glob(os.path.join(roles_dir, "*", "meta", "argument_specs.yml"))):
+        with open(path, encoding="utf-8") as handle:
+            specs = (yaml.safe_load(handle) or {}).get("argument_specs") or {}
+        for entry in specs.values():
+            names.update((entry or {}).get("options") or {})
+    return names
 
 
 def main() -> None:
@@ -67,11 +91,15 @@ def main() -> None:
         argument_spec={
             "groups": {"type": "dict", "required": True},
             "nodes": {"type": "dict", "required": True},
+            "names": {"type": "dict"},
+            "roles_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
     groups = module.params["groups"]
-    errors = validate(groups, module.params["nodes"])
+    p = module.params
+    settings = stage_settings(p["roles_dir"]) if p["roles_dir"] else set()
+    errors = validate(groups, p["nodes"], p["names"], settings)
     checked = list(groups.get("master") or []) + list(groups.get("workers") or [])
     if errors:
         module.fail_json(

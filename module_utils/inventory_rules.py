@@ -13,6 +13,7 @@ Kept free of Ansible imports so that unit tests and tools can call it alone.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 
@@ -59,6 +60,46 @@ def _show(value) -> str:
     if value is None:
         return "nothing (undefined)"
     return f"{value!r} ({type(value).__name__})"
+
+
+# The inventory variables twinrail reads (README's table); with the stages'
+# settings (their argument specs) and the facts the stages hand to later
+# ones, every name a site may set. Anything else with these prefixes is a
+# typo that would silently be ignored.
+TWINRAIL_VARIABLES = (
+    "twinrail_mgmt_address", "twinrail_rails", "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps",
+    "twinrail_tcp_fallback_allowed", "twinrail_bandwidth_min_ratio", "twinrail_bandwidth_aggregate_min_gbps",
+    "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
+    "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab",
+    # the lab's own (tools/lab.py, inventory/lab)
+    "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
+    "twinrail_lab_memory_mb", "twinrail_lab_publish",
+)
+STAGE_PREFIXES = ("preflight_", "system_backup_", "kernel_tuning_", "rdma_network_", "bandwidth_gate_",
+                  "runtime_build_", "weights_sync_", "inference_service_", "acceptance_")
+NAME_PREFIXES = ("twinrail_",) + STAGE_PREFIXES
+# set by one stage for the next (set_fact), never by a site
+STAGE_FACTS = ("rdma_network_active_rails", "rdma_network_check_pending")
+
+
+def check_names(names_by_host: dict, settings: set) -> list[str]:
+    """Unknown names with twinrail's prefixes, each once with the hosts that
+    have it and the closest known name."""
+    known = sorted(set(TWINRAIL_VARIABLES) | set(settings) | set(STAGE_FACTS))
+    hosts_of: dict = {}
+    for host in sorted(names_by_host):
+        for name in names_by_host[host] or []:
+            if name.startswith(NAME_PREFIXES) and name not in known:
+                hosts_of.setdefault(name, []).append(host)
+    errors = []
+    for name in sorted(hosts_of):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        errors.append(
+            f"{', '.join(hosts_of[name])}: {name}: expected a name twinrail reads (an inventory variable in README's "
+            f"table or a stage's setting in roles/<stage>/meta/argument_specs.yml), got an unknown one, which every "
+            f"stage would ignore{hint}")
+    return errors
 
 
 class Validator:
@@ -436,6 +477,12 @@ class Validator:
         return self.errors
 
 
-def validate(groups: dict, nodes: dict) -> list[str]:
-    """Every defect of the inventory, one sentence each (empty: sound)."""
-    return Validator(groups, nodes).run()
+def validate(groups: dict, nodes: dict, names: dict | None = None, settings: set | None = None) -> list[str]:
+    """Every defect of the inventory, one sentence each (empty: sound).
+
+    names: {host: every variable name it has}, checked against the known
+    ones when given; settings: the stages' setting names."""
+    errors = Validator(groups, nodes).run()
+    if names is not None:
+        errors += check_names(names, settings or set())
+    return errors

@@ -25,6 +25,7 @@ LAT_TESTS = ("ib_write_lat", "ib_read_lat", "ib_send_lat")
 TESTS = BW_TESTS + LAT_TESTS + ("iperf3",)
 
 # perftest's own failure sentences (perftest_resources.c, perftest_communication.c)
+_RULE = re.compile(r"^[-*=]+$")
 FAILURES = tuple(re.compile(p) for p in (
     r"Did not detect devices",
     r"Unable to find the Infiniband/RoCE device",
@@ -88,8 +89,10 @@ def parse_perftest(text: str, test: str | None = None) -> dict:
             for key, value in _KV.findall(line):
                 header[_header_key(key)] = value
     if columns is None:
+        # the tool's own last words say why (perftest prints its reason last)
+        said = [line.strip() for line in lines if line.strip() and not _RULE.match(line.strip())][-3:]
         raise PerftestError("no '#bytes' column header: not perftest output, or the run "
-                            "failed before measuring")
+                            "failed before measuring" + (f"; it said: {' / '.join(said)}" if said else ""))
     if not rows_raw:
         raise PerftestError("the result table has no rows")
     return _shape(title, header, columns, rows_raw, test)

@@ -120,6 +120,8 @@ class Topology:
     mgmt_subnet: str
     nodes: list[Node]
     rails: list[Rail]
+    # the service proxy's first account (inference_service_users), for `service`
+    service_user: str = ""
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -189,7 +191,9 @@ def topology_from_inventory(inv: dict) -> Topology:
         for item in hv.get("twinrail_rails") or []:
             rails.setdefault(item["name"], Rail(item["name"])).ends.append(
                 (name, item["interface"]))
-    return Topology(lab=lab, mgmt_subnet=subnet, nodes=nodes, rails=list(rails.values()))
+    users = any_vars.get("inference_service_users") or []
+    user = users[0].get("name", "") if users and isinstance(users[0], dict) else ""
+    return Topology(lab=lab, mgmt_subnet=subnet, nodes=nodes, rails=list(rails.values()), service_user=user)
 
 
 def load_topology(inventory: Path) -> Topology:
@@ -579,6 +583,25 @@ def cmd_down(topo: Topology | None, everything: bool) -> None:
     log("down: no lab container, network or rail namespace left")
 
 
+def cmd_service(topo: Topology) -> int:
+    """Where the service is, from the controller: the master's published
+    port, the operator account, the password file (never the password)."""
+    master = next(n for n in topo.nodes if n.role == "master")
+    https = [spec for spec in master.publish if spec.endswith(":443")]
+    if not https:
+        print(f"lab: {master.name} publishes no port 443 (twinrail_lab_publish): the service is reachable "
+              f"from the nodes only", file=sys.stderr)
+        return 1
+    host, port, _ = https[0].rsplit(":", 2)
+    url = f"https://{host}:{port}"
+    password = STATE_DIR / "service-password"
+    user = topo.service_user or "operator"
+    print(f"The service: {url}/ (the chat page; OpenAI API at {url}/v1)")
+    print(f"  account {user}, password in {password} (made by tools/lab.py; the certificate is self-signed)")
+    print(f"  curl -sk -u {user}:\"$(cat {password})\" {url}/v1/models")
+    return 0
+
+
 def cmd_status(topo: Topology, as_json: bool = False) -> int:
     report: dict = {"lab": topo.lab, "nodes": [], "rails": []}
     healthy = True
@@ -636,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="show nodes and rails; exit 1 if anything is missing")
     st.add_argument("--json", action="store_true")
     sub.add_parser("image", help="build the node image only")
+    sub.add_parser("service", help="where the lab serves: the chat page, the account, a curl that works")
     for verb, text in (("cut", "set a rail's link down"), ("mend", "set it up again")):
         p = sub.add_parser(verb, help=text)
         p.add_argument("rail")
@@ -660,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_up(topo)
         elif args.command == "down":
             cmd_down(topo, everything=False)
+        elif args.command == "service":
+            return cmd_service(topo)
         elif args.command == "status":
             require_docker()
             return cmd_status(topo, as_json=args.json)

@@ -342,3 +342,66 @@ def test_the_other_weight_sources_are_accepted(change):
         for key in [k for k, v in change.items() if v is None]:
             item.pop(key)
     assert validate(groups, nodes) == []
+
+
+def all_names(path) -> dict:
+    """Every variable name each host of an inventory has, as the preflight play hands them over."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    return {h.name: sorted(variables.get_vars(host=h)) for h in inventory.get_hosts()}
+
+
+def settings() -> set:
+    import twinrail_inventory
+    return twinrail_inventory.stage_settings(str(REPO / "roles"))
+
+
+@pytest.mark.parametrize("inventory", [EXAMPLE, LAB], ids=["example", "lab"])
+def test_every_name_of_the_shipped_inventories_is_known(inventory):
+    groups, nodes = load_inventory(inventory)
+    names = all_names(inventory)
+    assert any(n.startswith("inference_service_") for n in names[groups["master"][0]])
+    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes)), names, settings()) == []
+
+
+def test_typos_are_named_once_with_their_hosts_and_the_closest_name():
+    from inventory_rules import check_names
+    names = {"spark-a": ["twinrail_weight", "system_backup_retension", "ansible_host", "twinrail_rails"],
+             "spark-b": ["twinrail_weight", "acceptance_min_prefil_tps"]}
+    errors = check_names(names, settings())
+    assert [e.split(":")[0] + ":" + e.split(":")[1] for e in errors] == [
+        "spark-b: acceptance_min_prefil_tps", "spark-a: system_backup_retension", "spark-a, spark-b: twinrail_weight"]
+    assert errors[0].endswith("did you mean acceptance_min_prefill_tps?")
+    assert errors[1].endswith("did you mean system_backup_retention?")
+    assert errors[2].endswith("did you mean twinrail_weights?")
+    # far from every known name: refused without a guess
+    assert check_names({"n": ["twinrail_zzzzzzzzzzzz"]}, settings())[0].endswith("which every stage would ignore")
+
+
+def test_the_facts_stages_hand_on_are_the_only_unspecified_prefixed_names():
+    """A set_fact named with a stage's prefix (not __) is read by another
+    stage; it must be declared, or preflight would call it a typo when
+    passed with -e (and a new one would go unnoticed)."""
+    import yaml as _yaml
+    from inventory_rules import STAGE_FACTS, STAGE_PREFIXES
+    found = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            facts = node.get("ansible.builtin.set_fact")
+            if isinstance(facts, dict):
+                found.update(k for k in facts if k.startswith(STAGE_PREFIXES))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in (REPO / "roles").glob("*/tasks/*.yml"):
+        walk(_yaml.safe_load(path.read_text()))
+    assert found and found - settings() == set(STAGE_FACTS)

@@ -102,3 +102,15 @@ def test_testinfra_reaches_the_nodes_with_the_labs_own_key_and_known_hosts():
         assert "{{" not in backend.ssh_extra_args, (name, backend.ssh_extra_args)
         known = [a.split("=", 1)[1] for a in backend.ssh_extra_args.split() if a.startswith("UserKnownHostsFile=")]
         assert [Path(k).expanduser() for k in known] == [lab.STATE_DIR / "known_hosts"], name
+
+
+def test_service_names_the_url_the_account_and_the_password_file_never_the_password(inv, capsys):
+    topo = lab.topology_from_inventory(inv)
+    assert topo.service_user == "operator"
+    assert lab.cmd_service(topo) == 0
+    out = capsys.readouterr().out
+    password = lab.STATE_DIR / "service-password"
+    assert "https://127.0.0.1:8443/" in out and f"password in {password}" in out
+    assert f'curl -sk -u operator:"$(cat {password})" https://127.0.0.1:8443/v1/models' in out
+    if password.exists():
+        assert password.read_text().strip() not in out

@@ -122,3 +122,12 @@ def test_module_refuses_a_missing_gguf(capsys):
     assert code == 1
     assert result["msg"] == ("preflight: twinrail_model.gguf: expected a GGUF file on the "
                              "controller, got '/nonexistent/m.gguf', which does not exist")
+
+
+def test_the_service_accepts_exactly_the_kv_types_the_plan_knows():
+    import yaml
+
+    from memory_plan import KV_TYPES
+    specs = yaml.safe_load((REPO / "roles" / "inference_service" / "meta" / "argument_specs.yml").read_text())
+    option = specs["argument_specs"]["main"]["options"]["inference_service_kv_type"]
+    assert option["choices"] == list(KV_TYPES)

@@ -331,3 +331,17 @@ def test_baseline_drop_is_flagged():
     assert baseline_drops(now, kept, 5) == [
         "rail0 a -> b: 85.83 Gb/s, 7.2 % below the baseline 92.47 Gb/s (allowed 5 %)"]
     assert baseline_drops(now, None, 5) == []
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("ib_write_bw_rdma_cm_server_read_keys_failed_perftest_issue132_partial.txt",
+     "it said: ethernet_read_keys: Couldn't read remote address / Unable to read to socket/rdma_cm / "
+     "Failed to exchange data between server and clients"),
+    ("ib_write_bw_rdma_cm_client_qp_rts_failed_perftest_issue132_partial.txt",
+     "it said: Failed to modify QP to RTS / Unable to Connect the HCA's through the link"),
+])
+def test_a_failure_no_known_line_names_is_quoted_in_the_tools_own_words(name, said):
+    text = (FIXTURES / "perftest" / name).read_text()
+    with pytest.raises(PerftestError) as caught:
+        parse(text, "ib_write_bw")
+    assert str(caught.value).startswith("no '#bytes' column header") and str(caught.value).endswith(said)

@@ -27,6 +27,8 @@ def make_inventory(tmp_path: Path, host: str, change: dict) -> Path:
         path = inv / "host_vars" / f"{name}.yml"
         data = yaml.safe_load(path.read_text())
         data["ansible_connection"] = "local"
+        # what the site's vault holds (inventory/example names it)
+        data["vault_inference_service_operator_password"] = "test-only-not-a-secret"
         if name == host:
             data.update(change)
         path.write_text(yaml.safe_dump(data))
@@ -69,3 +71,38 @@ def test_several_defects_are_listed_together(tmp_path):
     # twinrail_lab is cluster-wide: a host_vars override is both wrong and different
     assert "spark-a: twinrail_lab: expected a boolean (true or false), got 'no' (str)" in out
     assert "spark-b: twinrail_lab: expected the same value as on spark-a ('no')" in out
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"system_backup_retention": 0},
+     "backup: spark-a: expected system_backup_target an absolute directory other than /"),
+    ({"system_backup_backend": "tape"},
+     "value of system_backup_backend must be one of: tar, rear, got: tape"),
+    ({"inference_service_users": [{"name": "operator", "password": ""}]},
+     "service: spark-a: expected inference_service_users as a list of {name, password}"),
+    ({"inference_service_client_networks": ["10.20.0.0/33"]},
+     "inference_service_client_networks / inference_service_admin_networks as lists of networks"),
+    ({"acceptance_min_prefill_tps": -1},
+     "acceptance_min_prefill_tps >= 0 (0: measured, not gated)"),
+    ({"bandwidth_gate_min_ratio": 1.5}, "bandwidth: spark-a: expected bandwidth_gate_min_ratio in (0, 1]"),
+])
+def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
+    inv = make_inventory(tmp_path, "spark-a", change)
+    proc = run_site(inv, "--tags", "kernel")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert expected in out, out[-4000:]
+    assert "PLAY [Preflight | every stage's settings, on the controller]" in out
+    assert "Gathering Facts" not in out, "a host was contacted after a failed validation"
+    assert "Kernel |" not in out
+
+
+def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):
+    inv = make_inventory(tmp_path, "spark-b", {"twinrail_weight": [], "inference_service_client_network": ["10.20.0.0/24"]})
+    proc = run_site(inv)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "spark-b: inference_service_client_network: expected a name twinrail reads" in out, out[-4000:]
+    assert "did you mean inference_service_client_networks?" in out
+    assert "spark-b: twinrail_weight: expected a name twinrail reads" in out and "did you mean twinrail_weights?" in out
+    assert "Gathering Facts" not in out

@@ -33,7 +33,15 @@ def includes() -> dict[str, set[str]]:
         if isinstance(node, dict):
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
                 if isinstance(node.get(key), dict) and "tasks_from" in node[key]:
-                    found.setdefault(node[key]["name"], set()).add(Path(node[key]["tasks_from"]).stem)
+                    entry = node[key]["tasks_from"]
+                    # Ansible names the entry point by tasks_from as written:
+                    # "start.yml" would never meet the spec "start"
+                    assert entry == Path(entry).stem, f"tasks_from: {entry}: write it without .yml, or its spec is skipped"
+                    names = node[key]["name"]
+                    if names == "{{ __preflight_stage }}":  # preflight's loop over every stage
+                        names = node["loop"]
+                    for name in [names] if isinstance(names, str) else names:
+                        found.setdefault(name, set()).add(entry)
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
