@@ -40,6 +40,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+machine_id:
+  description: The node's /etc/machine-id (a reinstalled or replaced box has a new one).
+  returned: always
+  type: str
 kernel:
   description: The running kernel's release (what a bandwidth baseline is valid for).
   returned: always
@@ -83,7 +87,12 @@ def main() -> None:
                 except ParseError:
                     pass
         states[rail["name"]] = state
-    module.exit_json(changed=False, rails=states, kernel=platform.release())
+    try:
+        with open("/etc/machine-id", encoding="ascii") as handle:
+            machine_id = handle.read().strip() or None
+    except OSError:
+        machine_id = None
+    module.exit_json(changed=False, rails=states, kernel=platform.release(), machine_id=machine_id)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ def _diff(prefix: str, old: dict, new: dict) -> list[str]:
 # bandwidth
 
 def bandwidth_fingerprint(rails: dict, links: dict) -> dict:
-    """What a bandwidth baseline is valid for, per host: its kernel and, per
+    """What a bandwidth baseline is valid for, per host: the node itself
+    (machine-id), its kernel and, per
     rail, the configuration (interface, address, RDMA device, MTU asked) and
     what the link shows (negotiated rate, MTU, driver, firmware, PCIe link).
 
@@ -82,13 +83,21 @@ def bandwidth_fingerprint(rails: dict, links: dict) -> dict:
                 "firmware": port.get("fw_ver") or net.get("firmware"),
                 "pci_link": net.get("pci_link"),
             }
-        out[host] = {"kernel": facts.get("kernel"), "rails": per_rail}
+        out[host] = {"machine_id": facts.get("machine_id"), "kernel": facts.get("kernel"), "rails": per_rail}
     return out
+
+
+# Counted as "dropped" without anything being wrong with the link: rx for
+# frames of a protocol nobody listens to (LLDP, a peer's IPv6 multicast),
+# tx for packets a veth or a stopped peer could not take while a service
+# restarted. They do not make a baseline stale (a measurement's own verdict
+# still reads them, before and after, with the rails otherwise quiet).
+NOT_LINK_ERRORS = ("netdev.rx_dropped", "netdev.tx_dropped")
 
 
 def _grown(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in sorted(after)
-            if isinstance(after[k], int) and after[k] > before.get(k, 0)}
+            if k not in NOT_LINK_ERRORS and isinstance(after[k], int) and after[k] > before.get(k, 0)}
 
 
 def bandwidth_due(baseline: dict | None, fingerprint: dict, settings: dict, counters: dict,
@@ -126,6 +135,9 @@ def bandwidth_due(baseline: dict | None, fingerprint: dict, settings: dict, coun
             if host not in fingerprint:
                 reasons.append(f"{host} was in the baseline and is not in this run")
                 continue
+            if old[host].get("machine_id") != fingerprint[host].get("machine_id"):
+                reasons.append(f"{host}: not the node the baseline was measured on (machine-id "
+                               f"{old[host].get('machine_id')} -> {fingerprint[host].get('machine_id')})")
             if old[host].get("kernel") != fingerprint[host].get("kernel"):
                 reasons.append(f"{host}: kernel {old[host].get('kernel')} -> {fingerprint[host].get('kernel')}")
             old_rails, new_rails = old[host].get("rails", {}), fingerprint[host].get("rails", {})
