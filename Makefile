@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge bench-weights bench-service bench-acceptance clean
+        molecule bench-converge bench-noop bench-weights bench-service bench-acceptance clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -81,6 +81,10 @@ molecule: prereqs venv bundle
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
+
+# needs the converged lab (make lab): re-runs only
+bench-noop: venv
+	$(BIN)/python tools/bench_converge.py -i $(INVENTORY) --noop
 
 # needs the lab with the weights stage converged on the scenario's sets
 # (molecule converge -s weights, or site.yml with molecule/lab/vars/weights-sets.yml)

@@ -13,7 +13,8 @@ name: twinrail
 short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
   - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
-    twinrail_weights_needed.
+    twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
+    twinrail_rails_not_answering.
 """
 
 
@@ -148,6 +149,58 @@ def weights_needed(bad: list[dict], sizes: dict) -> dict:
     return {item["file"]: sizes.get(item["file"], 0) for item in bad or []}
 
 
+def rail_problems(rails: list[dict], links: list[dict], devices: list[str], default_mtu: int) -> list[str]:
+    """What the rdma stage refuses before configuring anything, one sentence
+    per rail: an interface this host lacks, one whose NIC cannot carry the
+    MTU, an RDMA device that does not exist.
+
+    ``links``: ``ip -j -d link show``; ``devices``: /sys/class/infiniband's names."""
+    by_name = {link["ifname"]: link for link in links or []}
+    out = []
+    for rail in rails or []:
+        mtu = int(rail.get("mtu", default_mtu))
+        link = by_name.get(rail["interface"])
+        if link is None:
+            has = ", ".join(name for name in by_name if name != "lo")
+            out.append(f"{rail['name']}: interface {rail['interface']} does not exist (has: {has})")
+        elif "max_mtu" in link and int(link["max_mtu"]) < mtu:
+            out.append(f"{rail['name']}: {rail['interface']} carries at most MTU {link['max_mtu']}, "
+                       f"twinrail_rail_mtu asks for {mtu}")
+        device = rail.get("rdma_device") or ""
+        if device and device not in (devices or []):
+            out.append(f"{rail['name']}: RDMA device {device} does not exist (has: {', '.join(devices or []) or 'none'})")
+    return out
+
+
+def checksum_mismatches(results: list[dict], want: dict, loop_var: str) -> list[str]:
+    """The looped-over names whose stat checksum is not the one wanted
+    (a missing file has none)."""
+    return [r[loop_var] for r in results or []
+            if (r.get("stat") or {}).get("checksum", "") != want.get(r[loop_var])]
+
+
+def idle_workers(results: list[dict], model_bytes: int, min_share: float) -> list[dict]:
+    """Workers whose RPC servers hold less than ``min_share`` of the model
+    (their command printed "<bytes> <transport>"): they took no part."""
+    return [r for r in results or [] if "stdout" in r
+            and int(r["stdout"].split()[0]) < model_bytes * float(min_share)]
+
+
+def rails_not_answering(results: list[dict], loop_var: str) -> list[dict]:
+    """The rails whose RPC server the worker's agent does not report as up
+    (the agent not answering, or its entry for that address missing or not ok)."""
+    out = []
+    for result in results or []:
+        if "skipped" in result:
+            continue
+        rail = result[loop_var]
+        address = _bare(rail["address"])
+        rpc = ((result.get("json") or {}).get("rpc") or []) if result.get("status", 0) == 200 else []
+        if len([e for e in rpc if e.get("address") == address and e.get("ok")]) != 1:
+            out.append(rail)
+    return out
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -160,4 +213,8 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_rail_reachability": rail_reachability,
             "twinrail_weights_needed": weights_needed,
             "twinrail_rails_routed_directly": rails_routed_directly,
+            "twinrail_rail_problems": rail_problems,
+            "twinrail_checksum_mismatches": checksum_mismatches,
+            "twinrail_idle_workers": idle_workers,
+            "twinrail_rails_not_answering": rails_not_answering,
         }

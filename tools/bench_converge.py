@@ -8,6 +8,13 @@ baseline measured in the same run: `ansible -m ping` on every node, the
 cost of reaching the hosts at all.
 
     make bench-converge           (tools/bench_converge.py -i inventory/lab)
+
+With --noop it only times re-runs of the converged, serving lab (make lab
+first): the whole site.yml and `--check --diff`, each three times (median),
+with their changed counts, whether the bandwidth and acceptance stages
+measured, and the bytes the rails carried meanwhile.
+
+    make bench-noop               (tools/bench_converge.py --noop)
 """
 
 from __future__ import annotations
@@ -45,14 +52,45 @@ def timed(argv: list[str]) -> tuple[float, int, str]:
     return elapsed, changed, proc.stdout
 
 
+def rail_bytes(inventory: str) -> int:
+    """rx + tx bytes of every rail interface of every node, read over Ansible."""
+    proc = subprocess.run(["ansible", "-i", inventory, "cluster", "-o", "-m", "ansible.builtin.shell", "-a",
+                           "cat /sys/class/net/ens1f*/statistics/[rt]x_bytes | tr '\\n' ' '"], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    return sum(int(v) for line in proc.stdout.splitlines() for v in line.split("(stdout)", 1)[-1].split()
+               if v.isdigit())
+
+
+def noop(inventory: str) -> int:
+    playbook = ["ansible-playbook", "-i", inventory, "site.yml"]
+    baseline, _, _ = timed(["ansible", "-i", inventory, "cluster", "-m", "ansible.builtin.ping"])
+    print(f"baseline: ansible -m ping on the cluster: {baseline:.2f} s")
+    for label, argv in (("site.yml (no-op)", playbook), ("--check --diff", playbook + ["--check", "--diff"])):
+        runs = []
+        for _ in range(3):
+            before = rail_bytes(inventory)
+            elapsed, changed, out = timed(argv)
+            moved = rail_bytes(inventory) - before
+            measured = [stage for stage in ("bandwidth", "acceptance") if f'"msg": "{stage}: measuring' in out]
+            runs.append(elapsed)
+            print(f"{label:<18} {elapsed:7.1f} s  x base {elapsed / baseline:6.1f}  changed={changed}  "
+                  f"measured: {', '.join(measured) or 'nothing'}  rail bytes {moved}")
+        print(f"{label:<18} median {sorted(runs)[1]:.1f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-i", "--inventory", default="inventory/lab")
     parser.add_argument("--keep", action="store_true",
                         help="reuse the running lab instead of making it anew")
+    parser.add_argument("--noop", action="store_true",
+                        help="only time re-runs of the converged lab (site.yml and --check --diff)")
     args = parser.parse_args()
     # the ansible commands of the venv this script runs from
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    if args.noop:
+        return noop(args.inventory)
     lab = [sys.executable, str(REPO / "tools" / "lab.py"), "-i", args.inventory]
     if not args.keep:
         subprocess.run(lab + ["down"], check=True, capture_output=True)

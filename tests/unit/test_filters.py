@@ -29,7 +29,8 @@ def capture(name: str):
 def test_the_ansible_plugin_loader_finds_every_filter():
     assert set(filters.FilterModule().filters()) == {
         "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
-        "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates"}
+        "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
+        "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering"}
 
 
 # ------------------------------------------------------------ drift
@@ -185,3 +186,40 @@ def test_what_a_node_lacks_is_every_bad_file_with_its_source_size():
         {"a/1.safetensors": 10, "b.gguf": 20}
     assert filters.weights_needed(bad, {}) == {"a/1.safetensors": 0, "b.gguf": 0}
     assert filters.weights_needed([], {"c": 5}) == {} == filters.weights_needed(None, {"c": 5})
+
+
+def test_rail_problems_on_the_lab_masters_links():
+    links = capture("ip_j_d_link_show_converged_lab_master.json")
+    assert filters.rail_problems(RAILS, links, [], 9000) == []
+    veth = next(link for link in links if link["ifname"] == "ens1f0np0")
+    missing = dict(RAILS[1], interface="ens9f9")
+    out = filters.rail_problems([RAILS[0], missing, dict(RAILS[0], rdma_device="mlx5_0")], links, [], 9000)
+    assert out[0].startswith("rail1: interface ens9f9 does not exist (has: ")
+    assert "lo," not in out[0] and "ens1f0np0" in out[0]
+    assert out[1] == "rail0: RDMA device mlx5_0 does not exist (has: none)"
+    # more than the NIC can carry (a veth: its max_mtu as ip reports it)
+    over = veth["max_mtu"] + 1
+    assert filters.rail_problems([dict(RAILS[0], mtu=over)], links, [], 9000) == [
+        f"rail0: ens1f0np0 carries at most MTU {veth['max_mtu']}, twinrail_rail_mtu asks for {over}"]
+
+
+def test_checksum_mismatches_name_missing_and_wrong_binaries():
+    want = {"llama-server": "aa", "ggml-rpc-server": "bb", "llama-cli": "cc"}
+    results = [{"__t": "llama-server", "stat": {"exists": True, "checksum": "aa"}},
+               {"__t": "ggml-rpc-server", "stat": {"exists": True, "checksum": "ff"}},
+               {"__t": "llama-cli", "stat": {"exists": False}}]
+    assert filters.checksum_mismatches(results, want, "__t") == ["ggml-rpc-server", "llama-cli"]
+
+
+def test_idle_workers_hold_less_than_their_share():
+    results = [{"__w": "w1", "stdout": "400000000 RDMA"}, {"__w": "w2", "stdout": "10 RDMA"},
+               {"__w": "w3", "skipped": True}]
+    assert [r["__w"] for r in filters.idle_workers(results, 1_000_000_000, 0.25)] == ["w2"]
+
+
+def test_rails_not_answering():
+    rails = WORKER_RAILS
+    ok = {"status": 200, "json": {"rpc": [{"address": "198.19.0.2", "ok": True}, {"address": "198.19.1.2", "ok": False}]}}
+    results = [dict(ok, __r=rails[0]), dict(ok, __r=rails[1]), {"status": -1, "__r": rails[0]},
+               {"skipped": True, "__r": rails[1]}]
+    assert filters.rails_not_answering(results, "__r") == [rails[1], rails[0]]
