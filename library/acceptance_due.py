@@ -19,6 +19,8 @@ description:
   - Runs on the controller; reads the reports, changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_measure
 options:
   reports_dir:
     description: Directory of the runs' reports (<run>/acceptance.json).
@@ -32,18 +34,6 @@ options:
     description: The stage's settings the verdict was reached with; any change re-measures.
     type: dict
     required: true
-  mode:
-    description: C(auto) measures when something changed, C(always) every run.
-    type: str
-    choices: [auto, always]
-    default: auto
-  asked:
-    description: The run asked for this stage alone (C(--tags acceptance)).
-    type: bool
-    default: false
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -19,6 +19,8 @@ description:
   - Runs on the controller; reads the baseline report, changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment:
+  - twinrail_measure
 options:
   baseline:
     description: The kept report (reports/latest/bandwidth.json); absent means none is kept.
@@ -43,18 +45,6 @@ options:
     description: Seconds after which a baseline is measured again.
     type: int
     required: true
-  mode:
-    description: C(auto) measures when something changed, C(always) every run.
-    type: str
-    choices: [auto, always]
-    default: auto
-  asked:
-    description: The run asked for this stage alone (C(--tags bandwidth)).
-    type: bool
-    default: false
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -23,6 +23,15 @@ RUN_FORMAT = "%Y%m%dT%H%M%SZ"
 MODES = ("auto", "always")
 
 
+def asked_reasons(stage: str, setting: str, mode: str, asked: bool) -> list[str]:
+    """The reasons a run was asked to measure: the stage run alone
+    (--tags <stage>), or its setting at always."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return ((["asked for (--tags " + stage + " alone)"] if asked else [])
+            + ([f"asked for ({setting}=always)"] if mode == "always" else []))
+
+
 def run_time(run: str) -> float | None:
     """Seconds since the epoch of a run named like 20261201T103000Z."""
     try:
@@ -107,13 +116,7 @@ def bandwidth_due(baseline: dict | None, fingerprint: dict, settings: dict, coun
     baseline: the kept report (reports/latest/bandwidth.json) or None;
     counters: {host: {rail: {counter: value}}} read now.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    reasons = []
-    if asked:
-        reasons.append("asked for (--tags bandwidth alone)")
-    if mode == "always":
-        reasons.append("asked for (bandwidth_gate_measure=always)")
+    reasons = asked_reasons("bandwidth", "bandwidth_gate_measure", mode, asked)
     run = (baseline or {}).get("run")
     if not baseline:
         reasons.append("no baseline kept on the controller")
@@ -186,13 +189,7 @@ def acceptance_due(last: dict | None, records: dict, settings: dict, mode: str, 
     last: the newest acceptance report (reports/<run>/acceptance.json) or
     None; records: {host: deployment record read in this run, or None}.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    reasons = []
-    if asked:
-        reasons.append("asked for (--tags acceptance alone)")
-    if mode == "always":
-        reasons.append("asked for (acceptance_measure=always)")
+    reasons = asked_reasons("acceptance", "acceptance_measure", mode, asked)
     deployed = {}
     for host in sorted(records):
         if not records[host]:
