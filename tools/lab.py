@@ -14,9 +14,16 @@ The lab reads everything from the inventory (``ansible-inventory --list``):
 hosts, groups, management addresses, rails. There is one way to make lab
 nodes: ``make lab`` and the molecule scenarios both call this tool.
 
+A node powers on in two steps, as a machine does: its container starts
+(the hardware: network namespace, cables laid by this tool), then its
+systemd boots, only once every cable is in place. ``reboot NODE`` is a power
+cut (SIGKILL to the whole container) and a power-on with the cables kept;
+``reboot --all`` cuts the whole cluster and lets the nodes boot in a random
+order.
+
 Commands: up, down, status, image, cut RAIL, mend RAIL, pause NODE,
-resume NODE, kill NODE PROCESS. ``up`` is idempotent; ``down`` leaves no
-container, veth, namespace or network behind.
+resume NODE, kill NODE PROCESS, reboot NODE|--all. ``up`` is idempotent;
+``down`` leaves no container, veth, namespace or network behind.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import random
 import secrets
 import shutil
 import subprocess
@@ -59,6 +67,13 @@ OPERATOR = "twinrail"
 # a lab node cannot raise a hard rlimit above the host's.
 CAPABILITIES = ("NET_ADMIN", "SYS_ADMIN", "IPC_LOCK", "SYS_NICE")
 BOOT_TIMEOUT_S = 90
+# The container's first process holds the node's boot until the lab says the
+# hardware is there (its cables laid, its net sysctls writable): then it
+# becomes systemd. /run is a fresh tmpfs at every container start, so a
+# power cut takes the flag away with everything else.
+POWER_GOOD = "/run/twinrail-lab-power-good"
+ENTRYPOINT = ["/bin/sh", "-c",
+              f"until [ -e {POWER_GOOD} ]; do sleep 0.1; done; exec /sbin/init"]
 
 
 class LabError(Exception):
@@ -349,6 +364,7 @@ def service_password() -> Path:
 def run_node(topo: Topology, node: Node, image: str) -> None:
     name = container_name(topo, node.name)
     argv = ["docker", "run", "--detach", "--name", name, "--hostname", node.name,
+            "--entrypoint", ENTRYPOINT[0],
             "--label", f"{LABEL}={topo.lab}", "--label", f"{LABEL}.node={node.name}",
             "--network", network_name(topo), "--ip", node.address,
             "--stop-signal", "SIGRTMIN+3",
@@ -368,7 +384,7 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
     if node.memory_mb:
         # a node of its own size: the service's memory watermarks are shares of it
         argv += ["--memory", f"{node.memory_mb}m", "--memory-swap", f"{node.memory_mb}m"]
-    argv.append(image)
+    argv += [image, *ENTRYPOINT[1:]]
     run(argv)
 
 
@@ -384,9 +400,11 @@ def ensure_nodes(topo: Topology, image: str) -> None:
                     and sorted(c.removeprefix("CAP_")
                                for c in state["HostConfig"].get("CapAdd") or [])
                     == sorted(CAPABILITIES)
-                    and state["HostConfig"].get("Memory", 0) == node.memory_mb * 2**20)
+                    and state["HostConfig"].get("Memory", 0) == node.memory_mb * 2**20
+                    and (state["Config"].get("Entrypoint") or [])[:1] + (state["Config"].get("Cmd") or [])
+                    == ENTRYPOINT)
             if not same:
-                log(f"{node.name}: recreating (image, address, capabilities or memory changed)")
+                log(f"{node.name}: recreating (image, address, capabilities, memory or boot changed)")
                 run(["docker", "rm", "--force", name])
                 state = None
             elif state["State"]["Paused"]:
@@ -397,9 +415,62 @@ def ensure_nodes(topo: Topology, image: str) -> None:
         if state is None:
             log(f"{node.name}: starting container {name} ({node.address})")
             run_node(topo, node, image)
-    for node in topo.nodes:
-        wait_booted(topo, node)
-        ensure_net_sysctls_writable(topo, node)
+
+
+def powered_on(topo: Topology, node: str) -> bool:
+    return run(["docker", "exec", container_name(topo, node), "test", "-e", POWER_GOOD],
+               check=False).returncode == 0
+
+
+def power_on(topo: Topology, node: Node) -> None:
+    """Let a started node boot: its hardware is in place."""
+    ensure_net_sysctls_writable(topo, node)
+    if not powered_on(topo, node.name):
+        run(["docker", "exec", container_name(topo, node.name), "touch", POWER_GOOD])
+        log(f"{node.name}: powered on, booting")
+
+
+def check_cables(topo: Topology, nodes: list[str] | None = None) -> None:
+    """Every end of every rail (of these nodes) exists: an error otherwise."""
+    missing = []
+    for rail in topo.rails:
+        for node, ifname in rail.ends:
+            if nodes is not None and node not in nodes:
+                continue
+            if link_info(ns_argv(container_pid(topo, node)), ifname) is None:
+                missing.append(f"{rail.name} ({node}:{ifname})")
+    if missing:
+        raise LabError("cable not laid: " + ", ".join(missing))
+
+
+def cmd_reboot(topo: Topology, names: list[str], seed: int | None = None,
+               late_cables: float = 0) -> None:
+    """A power cut of these nodes and a power-on with their cables kept: the
+    nodes' systemd boots in a random order when there are several. With
+    late_cables, the nodes boot first and their links appear that many
+    seconds later (a link or its address that comes late at boot)."""
+    rng = random.Random(seed)
+    order = list(names)
+    rng.shuffle(order)
+    for name in names:  # the cut: every process at once, no shutdown
+        run(["docker", "kill", "--signal", "KILL", container_name(topo, name)])
+        run(["docker", "wait", container_name(topo, name)])
+    log(f"power cut: {', '.join(names)}")
+    for name in order:
+        run(["docker", "start", container_name(topo, name)])
+    if not late_cables:
+        ensure_rails(topo)
+        check_cables(topo, names)
+    for name in order:
+        power_on(topo, topo.node(name))
+        if len(order) > 1:
+            time.sleep(rng.uniform(0, 2))
+    log(f"boot order: {', '.join(order)}")
+    if late_cables:
+        time.sleep(late_cables)
+        ensure_rails(topo)
+        check_cables(topo, names)
+        log(f"cables laid {late_cables:g} s after the power-on")
 
 
 def wait_booted(topo: Topology, node: Node) -> None:
@@ -495,8 +566,20 @@ def ensure_direct_rail(topo: Topology, rail: Rail) -> None:
     log(f"{rail.name}: cable {node_a}:{if_a} <-> {node_b}:{if_b}")
     run(["ip", "link", "add", if_a, "netns", str(pid_a), "type", "veth",
          "peer", "name", if_b, "netns", str(pid_b)])
-    for pid, ifname in ((pid_a, if_a), (pid_b, if_b)):
+    for pid, node, ifname in ((pid_a, node_a, if_a), (pid_b, node_b, if_b)):
         run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
+        plugged(topo, node, ifname)
+
+
+def plugged(topo: Topology, node: str, ifname: str) -> None:
+    """A link that appeared on a node that is up: what udev does for a new
+    network device (systemd's 99-systemd.rules), which the lab masks: its
+    per-interface sysctls from sysctl.d. A node that boots later applies
+    them itself, with every other sysctl."""
+    if powered_on(topo, node):
+        run(["docker", "exec", container_name(topo, node), "/lib/systemd/systemd-sysctl",
+             f"--prefix=/net/ipv4/conf/{ifname}", f"--prefix=/net/ipv4/neigh/{ifname}",
+             f"--prefix=/net/ipv6/conf/{ifname}", f"--prefix=/net/ipv6/neigh/{ifname}"], check=False)
 
 
 def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
@@ -523,6 +606,7 @@ def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
              "peer", "name", port, "netns", ns])
         run(sw + ["ip", "link", "set", "dev", port, "master", "br0", "up"])
         run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
+        plugged(topo, node, ifname)
 
 
 def ensure_rails(topo: Topology) -> None:
@@ -558,6 +642,11 @@ def cmd_up(topo: Topology) -> None:
     ensure_network(topo)
     ensure_nodes(topo, image)
     ensure_rails(topo)
+    check_cables(topo)
+    for node in topo.nodes:
+        power_on(topo, node)
+    for node in topo.nodes:
+        wait_booted(topo, node)
     write_known_hosts(topo)
     cmd_status(topo)
 
@@ -666,6 +755,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--node", help="which end (default: the master's)")
     for verb in ("pause", "resume"):
         sub.add_parser(verb, help=f"{verb} a node's container").add_argument("node")
+    reboot = sub.add_parser("reboot", help="a power cut and power-on of a node (cables kept), "
+                                           "or of every node (--all, random boot order)")
+    reboot.add_argument("node", nargs="?")
+    reboot.add_argument("--all", action="store_true", help="every node of the lab at once")
+    reboot.add_argument("--seed", type=int, help="the boot order's random seed (printed order either way)")
+    reboot.add_argument("--wait", action="store_true", help="return once every node's systemd has booted")
+    reboot.add_argument("--late-cables", type=float, default=0, metavar="SECONDS",
+                        help="boot first, lay the cables this many seconds later (links that come late)")
     kill = sub.add_parser("kill", help="SIGKILL a process (by name) on a node")
     kill.add_argument("node")
     kill.add_argument("process")
@@ -696,6 +793,15 @@ def main(argv: list[str] | None = None) -> int:
             run(["docker", "pause" if args.command == "pause" else "unpause",
                  container_name(topo, args.node)])
             log(f"{args.node}: {args.command}d")
+        elif args.command == "reboot":
+            if bool(args.node) == args.all:
+                raise LabError("reboot: name one node, or --all")
+            names = [n.name for n in topo.nodes] if args.all else [topo.node(args.node).name]
+            require_docker()
+            cmd_reboot(topo, names, args.seed, args.late_cables)
+            if args.wait:
+                for name in names:
+                    wait_booted(topo, topo.node(name))
         elif args.command == "kill":
             topo.node(args.node)
             proc = run(["docker", "exec", container_name(topo, args.node), "pkill",

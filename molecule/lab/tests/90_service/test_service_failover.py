@@ -9,71 +9,16 @@ the reason; nothing else on the node dies."""
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
-import os
-import ssl
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from lab_client import MASTER, WORKER, chat, lab, node, post, record, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
-PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
-PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
-MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
-FIGURES = Path(os.environ.get("TWINRAIL_FIGURES", "/tmp/twinrail-failover.json"))
 SLA = 10.0
-
-
-def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check)
-
-
-def lab(*argv: str) -> None:
-    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"),
-                    *argv], check=True, capture_output=True)
-
-
-def connect(timeout: float = 120) -> http.client.HTTPSConnection:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # the lab's self-signed certificate
-    return http.client.HTTPSConnection("127.0.0.1", 8443, context=context, timeout=timeout)
-
-
-def post(body: dict, timeout: float = 120):
-    conn = connect(timeout)
-    token = base64.b64encode(f"operator:{PASSWORD}".encode()).decode()
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
-                 headers={"content-type": "application/json", "authorization": f"Basic {token}"})
-    return conn, conn.getresponse()
-
-
-def chat(tokens: int = 4, timeout: float = 120) -> tuple[int, dict]:
-    conn, response = post({"messages": [{"role": "user", "content": "Say yes."}], "max_tokens": tokens,
-                           "temperature": 0}, timeout)
-    data = response.read()
-    conn.close()
-    return response.status, (json.loads(data) if data.startswith(b"{") else {})
-
-
-def wait_available(limit: float = 180) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        try:
-            status, data = chat(timeout=30)
-            if status == 200 and data.get("choices"):
-                return time.monotonic() - started
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"the service did not come back within {limit} s")
 
 
 class Stream(threading.Thread):
@@ -121,12 +66,6 @@ FAILURES = {
     "rail1 cut at the worker": (lambda: lab("cut", "rail1", "--node", "lab-worker1"),
                                 lambda: lab("mend", "rail1", "--node", "lab-worker1")),
 }
-
-
-def record(name: str, figures: dict) -> None:
-    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    data[name] = figures
-    FIGURES.write_text(json.dumps(data, indent=2))
 
 
 @pytest.mark.parametrize("failure", list(FAILURES))
@@ -179,8 +118,20 @@ def hog(pct: float, name: str) -> None:
     node(MASTER, "systemd-run", "--unit", name, "--collect", "python3", "-c",
          f"import time; b = b'x' * {size}; time.sleep(600)")
     deadline = time.monotonic() + 60
-    while memory()["percent"] < pct - 1 and time.monotonic() < deadline:
+    while (held := memory())["percent"] < pct - 1 and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert held["percent"] >= pct - 1, f"the hog brought the master to {held}, not {pct}%"
+
+
+def guard_sees(level: str, limit: float = 30) -> dict:
+    """Wait until the guard's own memory poll puts the cluster at level
+    (a request sent before that is queued behind the busy slots, not refused)."""
+    deadline = time.monotonic() + limit
+    while (status := guard_status())["memory_level"] != level and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status["memory_level"] == level, (f"the guard did not see memory at {level!r} within {limit} s: "
+                                             f"{status['memory_detail']!r} {status['memory']}")
+    return status
 
 
 def guard_status() -> dict:
@@ -210,11 +161,8 @@ def test_memory_watermarks_drill(host):
     try:
         hog(87, "twinrail-hog-soft")
         soft = memory()
-        deadline = time.monotonic() + 10
+        guard_sees("soft")
         status, data = chat(timeout=30)
-        while "soft watermark" not in data.get("error", {}).get("message", "") and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status, data = chat(timeout=30)
         assert status == 503 and "soft watermark, new requests refused" in data["error"]["message"], data
         assert not queued, "a queued request failed below the hard watermark"
         hog(94, "twinrail-hog-hard")
