@@ -6,7 +6,9 @@ tests/unit/test_filters.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
 DOCUMENTATION = r"""
 name: twinrail
@@ -14,7 +16,7 @@ short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
   - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
-    twinrail_rails_not_answering.
+    twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests.
 """
 
 
@@ -42,7 +44,9 @@ def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, ac
     if active is None:
         active = [rail["name"] for rail in rails[master]]
     plan = []
-    for w, worker in enumerate(workers):
+    # by name: the caller's list may come from a set (intersect), and the
+    # ports follow the order
+    for w, worker in enumerate(sorted(workers)):
         for i, rail in enumerate(rails[master]):
             if rail["name"] not in active:
                 continue
@@ -201,6 +205,43 @@ def rails_not_answering(results: list[dict], loop_var: str) -> list[dict]:
     return out
 
 
+API_KEY_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+API_KEY_MIN_LENGTH = 24
+
+
+def api_key_problems(keys) -> list[str]:
+    """What is wrong with inference_service_api_keys ([{name, key}]), never
+    quoting a key: names unique, of lower-case letters, digits, . _ -; keys
+    unique strings of at least API_KEY_MIN_LENGTH characters, no spaces."""
+    if not isinstance(keys, list):
+        return [f"expected a list of {{name, key}}, got {type(keys).__name__}"]
+    problems, names, seen = [], set(), set()
+    for index, entry in enumerate(keys):
+        if not isinstance(entry, dict) or set(entry) != {"name", "key"}:
+            fields = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            problems.append(f"entry {index}: expected {{name, key}}, got {fields}")
+            continue
+        name, key = entry["name"], entry["key"]
+        if not isinstance(name, str) or not API_KEY_NAME.match(name):
+            problems.append(f"entry {index}: name {name!r} is not lower-case letters, digits, . _ - (up to 63)")
+        elif name in names:
+            problems.append(f"entry {index}: name {name!r} given twice")
+        names.add(name)
+        if not isinstance(key, str) or len(key) < API_KEY_MIN_LENGTH or any(c.isspace() for c in key):
+            problems.append(f"entry {index} ({name}): the key must be a string of at least {API_KEY_MIN_LENGTH} "
+                            f"characters without spaces (e.g. `openssl rand -hex 24`, kept in ansible-vault)")
+        elif key in seen:
+            problems.append(f"entry {index} ({name}): the same key as an earlier entry")
+        seen.add(key)
+    return problems
+
+
+def api_key_digests(keys: list[dict]) -> dict:
+    """What the guard reads: each key's name and SHA-256 digest, by name."""
+    return {"keys": [{"name": entry["name"], "sha256": hashlib.sha256(entry["key"].encode()).hexdigest()}
+                     for entry in sorted(keys, key=lambda e: e["name"])]}
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -217,4 +258,6 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_checksum_mismatches": checksum_mismatches,
             "twinrail_idle_workers": idle_workers,
             "twinrail_rails_not_answering": rails_not_answering,
+            "twinrail_api_key_problems": api_key_problems,
+            "twinrail_api_key_digests": api_key_digests,
         }

@@ -361,6 +361,22 @@ def service_password() -> Path:
     return path
 
 
+LAB_API_KEYS = ("lab-client", "lab-spare")
+
+
+def api_keys() -> Path:
+    """The lab's API keys for OpenAI clients (inventory/lab names them): made
+    once, kept in the lab's state like the password."""
+    folder = STATE_DIR / "api-keys"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name in LAB_API_KEYS:
+        path = folder / name
+        if not path.exists():
+            path.write_text(secrets.token_hex(24) + "\n")
+            path.chmod(0o600)
+    return folder
+
+
 def run_node(topo: Topology, node: Node, image: str) -> None:
     name = container_name(topo, node.name)
     argv = ["docker", "run", "--detach", "--name", name, "--hostname", node.name,
@@ -639,6 +655,7 @@ def cmd_up(topo: Topology) -> None:
     image = build_image()
     ssh_key()
     service_password()
+    api_keys()
     ensure_network(topo)
     ensure_nodes(topo, image)
     ensure_rails(topo)
@@ -688,6 +705,9 @@ def cmd_service(topo: Topology) -> int:
     print(f"The service: {url}/ (the chat page; OpenAI API at {url}/v1)")
     print(f"  account {user}, password in {password} (made by tools/lab.py; the certificate is self-signed)")
     print(f"  curl -sk -u {user}:\"$(cat {password})\" {url}/v1/models")
+    key = STATE_DIR / "api-keys" / LAB_API_KEYS[0]
+    print(f"OpenAI clients: base URL {url}/v1, API key in {key}, e.g.")
+    print(f"  curl -sk -H \"Authorization: Bearer $(cat {key})\" {url}/v1/models")
     return 0
 
 

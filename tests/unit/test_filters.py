@@ -30,7 +30,8 @@ def test_the_ansible_plugin_loader_finds_every_filter():
     assert set(filters.FilterModule().filters()) == {
         "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
-        "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering"}
+        "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
+        "twinrail_api_key_problems", "twinrail_api_key_digests"}
 
 
 # ------------------------------------------------------------ drift
@@ -140,6 +141,11 @@ def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
         ("lab-worker1", "rail0", "rdma", 18515, 100.0, 90.0), ("lab-worker1", "rail1", "rdma", 18516, 100.0, 90.0),
         ("lab-worker2", "rail0", "rdma", 18525, 200.0, 180.0), ("lab-worker2", "rail1", "rdma", 18526, 200.0, 180.0)]
     assert p[0]["client_gid"] == 3 and p[0]["server_gid"] == 1 and p[0]["server_device"] == "mlx5_0"
+    # the workers as a set hands them (intersect): the same plan, the same ports
+    assert plan(workers=["lab-worker2", "lab-worker1"], rails={
+        "lab-master": rdma, "lab-worker1": [dict(r, rdma_device="mlx5_0") for r in WORKER_RAILS],
+        "lab-worker2": worker2}, links={"lab-master": links(200.0, 3), "lab-worker1": links(100.0, 1),
+                                         "lab-worker2": links(None, 3)}) == p
     # one end without a device: TCP
     half = plan(rails={"lab-master": rdma, "lab-worker1": WORKER_RAILS})
     assert {x["transport"] for x in half} == {"tcp"}
@@ -223,3 +229,35 @@ def test_rails_not_answering():
     results = [dict(ok, __r=rails[0]), dict(ok, __r=rails[1]), {"status": -1, "__r": rails[0]},
                {"skipped": True, "__r": rails[1]}]
     assert filters.rails_not_answering(results, "__r") == [rails[1], rails[0]]
+
+
+GOOD_KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_api_keys_become_sorted_digests_the_guard_can_match():
+    from twinrail.guard import access  # the guard's side of the same digest
+
+    digests = filters.api_key_digests([{"name": "team-b", "key": GOOD_KEY + "b"}, {"name": "team-a", "key": GOOD_KEY}])
+    assert [k["name"] for k in digests["keys"]] == ["team-a", "team-b"]
+    assert GOOD_KEY not in json.dumps(digests)
+    assert digests["keys"][0]["sha256"] == access.digest(GOOD_KEY)
+
+
+@pytest.mark.parametrize(("keys", "problem"), [
+    ({"name": "a", "key": GOOD_KEY}, "expected a list"),
+    ([{"name": "a"}], "expected {name, key}, got ['name']"),
+    ([{"name": "Team A", "key": GOOD_KEY}], "is not lower-case letters"),
+    ([{"name": "a", "key": GOOD_KEY}, {"name": "a", "key": GOOD_KEY + "x"}], "name 'a' given twice"),
+    ([{"name": "a", "key": "short"}], "at least 24 characters"),
+    ([{"name": "a", "key": GOOD_KEY + " x"}], "without spaces"),
+    ([{"name": "a", "key": GOOD_KEY}, {"name": "b", "key": GOOD_KEY}], "the same key as an earlier entry"),
+])
+def test_api_key_problems_name_the_entry_and_never_the_key(keys, problem):
+    problems = filters.api_key_problems(keys)
+    assert any(problem in p for p in problems), problems
+    assert not any(GOOD_KEY in p for p in problems)
+
+
+def test_good_api_keys_have_no_problems():
+    assert filters.api_key_problems([]) == []
+    assert filters.api_key_problems([{"name": "lab-client", "key": GOOD_KEY}, {"name": "b.2", "key": GOOD_KEY + "2"}]) == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from twinrail.guard import memory, procs
+from twinrail.guard import access, memory, procs
 from twinrail.guard import proxy as guard_proxy
 
 
@@ -143,6 +143,15 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(self.delay)
         self.wfile.write(b"0\r\n\r\n")
+
+
+    def do_GET(self):  # /v1/models, /slots, /metrics: what it was asked, and with which headers
+        data = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class FakeAgent(http.server.BaseHTTPRequestHandler):
@@ -303,5 +312,104 @@ def test_memory_watermarks_refuse_new_then_fail_queued_requests(cluster):
         FakeAgent.percent = 10.0
         for conn, _ in holders:
             conn.close()
+    finally:
+        FakeLlama.delay = 0.1
+
+
+# ---------------------------------------------------------------- who may ask what
+
+KEYS = {"team-a": "tr-" + "a" * 40, "team-b": "tr-" + "b" * 40}
+# what nginx sets on every request it passes: the account it checked (none here)
+VIA_NGINX = {"X-Twinrail-Proxy": "nginx", "X-Twinrail-User": ""}
+
+
+def keys_file(path: Path, names: list[str]) -> str:
+    tmp = path.with_suffix(".tmp")  # replaced, as the service stage's copy does
+    tmp.write_text(json.dumps({"keys": [{"name": n, "sha256": access.digest(KEYS[n])} for n in names]}))
+    tmp.replace(path)
+    return str(path)
+
+
+def ask(port: int, method: str, path: str, headers: dict, body: bytes | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    data = json.loads(response.read())
+    conn.close()
+    return response, data
+
+
+def bearer(name: str) -> dict:
+    return {**VIA_NGINX, "Authorization": f"Bearer {KEYS.get(name, 'tr-not-a-key')}"}
+
+
+def test_api_keys_reach_the_api_and_only_the_api(cluster, tmp_path):
+    guard, port, _ = cluster
+    guard.keys = access.Keys(keys_file(tmp_path / "keys.json", ["team-a", "team-b"]))
+    response, data = ask(port, "GET", "/v1/models", bearer("team-a"))
+    assert response.status == 200 and data["path"] == "/v1/models"
+    assert not {"authorization", "x-twinrail-user", "x-twinrail-proxy"} & set(data["headers"])  # not llama-server's
+    response, data = ask(port, "POST", "/v1/chat/completions", {**bearer("team-b"), "Content-Type": "application/json"},
+                         json.dumps({"stream": False}).encode())
+    assert response.status == 200 and data == {"content": "ok"}
+    for headers in (bearer("nobody"), VIA_NGINX, {**VIA_NGINX, "Authorization": "Basic b3A6cGFzcw=="}):
+        response, data = ask(port, "GET", "/v1/models", headers)
+        assert response.status == 401 and data["error"]["type"] == "invalid_api_key", headers
+        assert response.getheader("WWW-Authenticate") == 'Bearer realm="twinrail"'
+    for internal in ("/slots", "/props", "/metrics", "/twinrail/status"):
+        response, data = ask(port, "GET", internal, bearer("team-a"))
+        assert response.status == 403 and "operators' accounts" in data["error"]["message"], internal
+        response, data = ask(port, "GET", internal, {**VIA_NGINX, "X-Twinrail-User": "operator"})
+        assert response.status == 200, internal
+
+
+def test_a_revoked_key_stops_working_without_a_restart(cluster, tmp_path):
+    guard, port, _ = cluster
+    path = tmp_path / "keys.json"
+    guard.keys = access.Keys(keys_file(path, ["team-a", "team-b"]))
+    assert ask(port, "GET", "/v1/models", bearer("team-a"))[0].status == 200
+    keys_file(path, ["team-b"])
+    assert ask(port, "GET", "/v1/models", bearer("team-a"))[0].status == 401
+    assert ask(port, "GET", "/v1/models", bearer("team-b"))[0].status == 200
+    assert guard.keys.names() == ["team-b"]
+
+
+def test_a_body_that_is_not_json_gets_a_json_400(cluster):
+    _, port, _ = cluster
+    response, data = ask(port, "POST", "/v1/chat/completions", {"Content-Type": "application/json"}, b"{not json")
+    assert response.status == 400 and data["error"]["type"] == "invalid_request_error"
+    assert "not valid JSON" in data["error"]["message"]
+
+
+def test_past_the_queue_cap_a_request_gets_429_with_retry_after(cluster):
+    guard, port, _ = cluster
+    guard.queue_max = 1
+    FakeLlama.delay = 0.2  # two streams hold both slots for 4 s
+    try:
+        holders = [post(port, {"stream": True}) for _ in range(2)]
+        assert all(r.status == 200 for _, r in holders)
+        queued = {}
+
+        def client():
+            conn, response = post(port, {"stream": False})
+            queued.update(status=response.status, body=json.loads(response.read()))
+            conn.close()
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while guard.status()["waiting"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert guard.status()["waiting"] == 1
+        conn, response = post(port, {"stream": False})
+        body = json.loads(response.read())
+        conn.close()
+        assert response.status == 429 and body["error"]["type"] == "rate_limit_exceeded"
+        assert response.getheader("Retry-After") and "the queue holds 1" in body["error"]["message"]
+        for conn, response in holders:
+            response.read()
+            conn.close()
+        thread.join(10)
+        assert queued["status"] == 200 and queued["body"] == {"content": "ok"}
     finally:
         FakeLlama.delay = 0.1

@@ -85,6 +85,9 @@ def test_several_defects_are_listed_together(tmp_path):
     ({"acceptance_min_prefill_tps": -1},
      "acceptance_min_prefill_tps >= 0 (0: measured, not gated)"),
     ({"bandwidth_gate_min_ratio": 1.5}, "bandwidth: spark-a: expected bandwidth_gate_min_ratio in (0, 1]"),
+    ({"inference_service_api_keys": [{"name": "tools", "key": "s3cr3t-but-short"}]},
+     "service: spark-a: inference_service_api_keys: entry 0 (tools): the key must be a string of at least 24"),
+    ({"inference_service_queue_max": -2}, "inference_service_queue_max: expected -1 or more, got -2"),
 ])
 def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
     inv = make_inventory(tmp_path, "spark-a", change)
@@ -92,6 +95,7 @@ def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, e
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert expected in out, out[-4000:]
+    assert "s3cr3t-but-short" not in out, "a key in the output"
     assert "PLAY [Preflight | every stage's settings, on the controller]" in out
     assert "Gathering Facts" not in out, "a host was contacted after a failed validation"
     assert "Kernel |" not in out

@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--grace", type=float, required=True)
     proxy.add_argument("--probe-timeout", type=float, required=True)
     proxy.add_argument("--restart-grace", type=float, required=True)
+    proxy.add_argument("--keys", required=True, help="the API keys' digests (JSON); '' for none")
+    proxy.add_argument("--queue-max", type=int, required=True,
+                       help="requests waiting for a slot at most, past it 429; -1 for no cap")
     sub.add_parser("memory", help="print the node's memory as JSON")
     args = parser.parse_args(argv)
     if args.command == "agent":

@@ -1,6 +1,8 @@
-"""The proxy on the master, between nginx and llama-server: the cluster's
-state from every worker's agent, 503s when a worker is lost, the restart
-of a hung llama-server, the memory watermarks."""
+"""The proxy on the master, between nginx and llama-server: who may ask
+what (API keys, the operators' accounts: access.py), the cluster's state
+from every worker's agent, 503s when a worker is lost, the restart of a
+hung llama-server, the memory watermarks, a bounded queue (429 past it).
+Every answer of its own is JSON in the OpenAI API's error shape."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import threading
 import time
 import urllib.request
 
+from twinrail.guard import access
 from twinrail.guard.memory import node_memory
 from twinrail.guard.web import _JSONHandler, error_body, log
 
@@ -23,7 +26,8 @@ class Guard:
 
     def __init__(self, workers: list[tuple[str, str]], agent_port: int, upstream: tuple[str, int],
                  soft: float, hard: float, slots: int, *, interval: float,
-                 grace: float, probe_timeout: float, restart_grace: float):
+                 grace: float, probe_timeout: float, restart_grace: float,
+                 keys: access.Keys | None = None, queue_max: int | None = None):
         self.workers = workers  # (host, rail address)
         self.agent_port = agent_port
         self.upstream = upstream
@@ -31,6 +35,9 @@ class Guard:
         self.slots = slots
         self.interval, self.grace = interval, grace
         self.probe_timeout, self.restart_grace = probe_timeout, restart_grace
+        self.keys = keys or access.Keys(None)
+        self.queue_max = queue_max  # requests waiting for a slot at most (None: no cap)
+        self.waiting = 0
         self.lock = threading.Condition()
         self.last_ok = {address: time.monotonic() for _, address in workers}
         self.worker_problems: dict[str, str] = {}
@@ -92,23 +99,33 @@ class Guard:
                     "workers": [{"host": h, "address": a, "problem": self.worker_problems.get(a)}
                                 for h, a in self.workers],
                     "memory": self.memory, "memory_level": level, "memory_detail": detail,
-                    "active": self.active, "slots": self.limit(), "events": self.events[-20:]}
+                    "active": self.active, "waiting": self.waiting, "queue_max": self.queue_max,
+                    "slots": self.limit(), "events": self.events[-20:]}
 
     def limit(self) -> int:
         # past the soft watermark, one generation at a time
         return 1 if self.memory_level()[0] != "ok" else self.slots
 
     # ---- slots
-    def acquire(self, cancelled) -> str | None:
-        """Wait for a slot; a reason instead when the request must fail."""
+    def acquire(self, cancelled) -> tuple[int, str] | None:
+        """Wait for a slot; (status, reason) instead when the request must
+        fail: 429 when the queue is full, 503 when the cluster is not whole."""
         with self.lock:
-            while self.active >= self.limit():
-                self.lock.wait(0.25)
-                reason = self.refusal(queued=True)
-                if reason:
-                    return reason
-                if cancelled():
-                    return "client went away"
+            if (self.active >= self.limit() and self.queue_max is not None
+                    and self.waiting >= self.queue_max):
+                return 429, (f"too many requests: {self.active} generating, {self.waiting} waiting "
+                             f"(the queue holds {self.queue_max}); retry later")
+            self.waiting += 1
+            try:
+                while self.active >= self.limit():
+                    self.lock.wait(0.25)
+                    reason = self.refusal(queued=True)
+                    if reason:
+                        return 503, reason
+                    if cancelled():
+                        return 503, "client went away"
+            finally:
+                self.waiting -= 1
             self.active += 1
         return None
 
@@ -224,6 +241,8 @@ class Guard:
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
               "upgrade", "proxy-authorization", "proxy-connection", "host"}
+# what nginx and the client tell the guard, not llama-server
+NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-twinrail-user", "x-twinrail-proxy"}
 
 
 def make_proxy_handler(guard: Guard):
@@ -237,12 +256,32 @@ def make_proxy_handler(guard: Guard):
         def do_OPTIONS(self):
             self.proxy()
 
-        def refuse(self, reason: str) -> None:
-            self.send_json(503, error_body(reason), {"Retry-After": "10"})
+        def refuse(self, reason: str, status: int = 503) -> None:
+            if status == 429:
+                self.send_json(429, error_body(reason, 429, "rate_limit_exceeded"), {"Retry-After": "2"})
+            else:
+                self.send_json(503, error_body(reason), {"Retry-After": "10"})
 
         def proxy(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
+            who = access.caller(self.headers, guard.keys)
+            if who is None:
+                self.send_json(401, error_body("invalid or missing API key: send 'Authorization: Bearer <key>' "
+                                               "(or sign in with an operator's account)", 401, "invalid_api_key"),
+                               {"WWW-Authenticate": 'Bearer realm="twinrail"'})
+                return
+            if not who.may(self.path):
+                self.send_json(403, error_body(f"{self.path.split('?', 1)[0]} is for the operators' accounts, "
+                                               f"not for API keys (key '{who.name}')", 403, "permission_denied"))
+                return
+            if self.command == "POST" and body and self.path.startswith("/v1/"):
+                try:
+                    json.loads(body)
+                except ValueError as exc:
+                    self.send_json(400, error_body(f"the request body is not valid JSON: {exc}", 400,
+                                                   "invalid_request_error"))
+                    return
             if self.path == "/health":
                 reason = guard.refusal()
                 if reason:
@@ -259,9 +298,9 @@ def make_proxy_handler(guard: Guard):
                 if reason:
                     self.refuse(reason)
                     return
-                reason = guard.acquire(lambda: False)
-                if reason:
-                    self.refuse(reason)
+                failed = guard.acquire(lambda: False)
+                if failed:
+                    self.refuse(failed[1], failed[0])
                     return
             try:
                 self.forward(body)
@@ -270,7 +309,7 @@ def make_proxy_handler(guard: Guard):
                     guard.release()
 
         def forward(self, body: bytes | None) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in NOT_FORWARDED}
             conn = http.client.HTTPConnection(*guard.upstream, timeout=10)
             events: queue.Queue = queue.Queue()
 
@@ -368,13 +407,16 @@ def run_proxy(args) -> None:
     host, _, port = args.upstream.rpartition(":")
     guard = Guard(parse_workers(args.workers), args.agent_port, (host, int(port)),
                   args.soft, args.hard, args.slots, interval=args.interval, grace=args.grace,
-                  probe_timeout=args.probe_timeout, restart_grace=args.restart_grace)
+                  probe_timeout=args.probe_timeout, restart_grace=args.restart_grace,
+                  keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))
     server.daemon_threads = True
     log(f"proxy: {args.listen_host}:{args.listen_port} -> {args.upstream}; workers "
-        f"{', '.join(f'{h}@{a}' for h, a in guard.workers)}; watermarks {args.soft}% / {args.hard}%")
+        f"{', '.join(f'{h}@{a}' for h, a in guard.workers)}; watermarks {args.soft}% / {args.hard}%; "
+        f"API keys {', '.join(guard.keys.names()) or 'none'} ({args.keys or 'no file'}); "
+        f"queue {'unbounded' if guard.queue_max is None else guard.queue_max}")
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()
     stop.set()

@@ -1,0 +1,161 @@
+"""The service as OpenAI clients use it, through the proxy on the
+controller's published port, with the real `openai` SDK configured as
+people configure it (base_url and api_key): chat, streaming and the model
+list with an API key; a wrong key or none is a JSON 401; a key removed from
+the inventory stops working after a re-run; the internals are the
+operators'; every error is JSON in the API's shape (400, 413, 429)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+from lab_client import MASTER, PASSWORD, PROJECT, node, wait_available
+
+testinfra_hosts = ["ansible://master"]
+
+BASE_URL = "https://127.0.0.1:8443/v1"
+KEYS = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys"
+
+
+def key(name: str) -> str:
+    return (KEYS / name).read_text().strip()
+
+
+def client(api_key: str, **kwargs) -> openai.OpenAI:
+    # the lab's certificate is self-signed: the SDK's own HTTP client, told so
+    return openai.OpenAI(base_url=BASE_URL, api_key=api_key, max_retries=0,
+                         http_client=openai.DefaultHttpxClient(verify=False, timeout=120), **kwargs)
+
+
+def served_model() -> str:
+    """The name the configuration serves the model under (llama-server -a)."""
+    line = node(MASTER, "grep", "^TWINRAIL_MODEL_NAME=", "/etc/twinrail/service/current/service.env").stdout
+    return line.strip().split("=", 1)[1]
+
+
+def raw(method: str, path: str, headers: dict, body: bytes | None = None) -> tuple[int, dict, dict]:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", 8443, context=context, timeout=60)
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, json.loads(data), dict(response.getheaders())
+
+
+def bearer(name: str) -> dict:
+    return {"Authorization": f"Bearer {key(name)}", "Content-Type": "application/json"}
+
+
+def operator() -> dict:
+    token = base64.b64encode(f"operator:{PASSWORD}".encode()).decode()
+    return {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+
+
+def test_an_api_key_works_for_models_chat_and_streaming(host):
+    wait_available()
+    api = client(key("lab-client"))
+    model = served_model()
+    assert [m.id for m in api.models.list()] == [model]
+    reply = api.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say yes."}],
+                                        max_tokens=8, temperature=0)
+    assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
+    pieces = [chunk.choices[0].delta.content or "" for chunk in api.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Count to five."}], max_tokens=16, stream=True)
+        if chunk.choices]
+    assert len(pieces) > 1 and "".join(pieces)
+
+
+def test_a_wrong_key_or_none_is_a_json_401(host):
+    with pytest.raises(openai.AuthenticationError) as caught:
+        client("not-a-key-of-this-cluster-0000").models.list()
+    # the SDK parsed a JSON error (an HTML page would reach it as text)
+    assert caught.value.status_code == 401 and caught.value.body["type"] == "invalid_api_key", caught.value.body
+    for headers in ({}, {"Authorization": "Bearer "}, {"Authorization": "Basic b3BlcmF0b3I6bm8="}):
+        status, body, _ = raw("GET", "/v1/models", headers)
+        assert status == 401 and body["error"]["code"] == 401, (headers, body)
+
+
+def test_the_internals_are_the_operators(host):
+    for path in ("/slots", "/metrics", "/props", "/twinrail/status"):
+        status, body, _ = raw("GET", path, bearer("lab-client"))
+        assert status == 403 and body["error"]["type"] == "permission_denied", (path, body)
+    status, body, _ = raw("GET", "/slots", operator())
+    assert status == 200 and isinstance(body, list)
+
+
+def test_errors_are_json_in_the_apis_shape(host):
+    status, body, _ = raw("POST", "/v1/chat/completions", bearer("lab-client"), b'{"messages": [')
+    assert status == 400 and body["error"]["type"] == "invalid_request_error", body
+    status, body, _ = raw("POST", "/v1/chat/completions", bearer("lab-client"), b"x" * (17 * 2**20))
+    assert status == 413 and body["error"]["code"] == 413, body
+
+
+def test_past_the_queue_cap_a_burst_gets_429_and_the_rest_succeed(host):
+    """4 slots and a queue of 16 (the lab's defaults): a burst of 40 long
+    requests; those beyond slots + queue get 429 with Retry-After, the
+    others finish."""
+    wait_available()
+    api = client(key("lab-client"))
+    model = served_model()
+    outcomes: list = []
+    lock = threading.Lock()
+
+    def one():
+        try:
+            reply = api.chat.completions.create(model=model, messages=[{"role": "user", "content": "Tell a story."}],
+                                                max_tokens=48, temperature=0)
+            result = ("ok", reply.choices[0].finish_reason)
+        except openai.RateLimitError as exc:
+            result = ("429", exc.response.headers.get("retry-after"))
+        except openai.APIStatusError as exc:
+            result = (str(exc.status_code), exc.body)
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=one) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    kinds = sorted({kind for kind, _ in outcomes})
+    limited = [extra for kind, extra in outcomes if kind == "429"]
+    print(f"burst of 40: {len([1 for k, _ in outcomes if k == 'ok'])} answered, {len(limited)} got 429")
+    assert len(outcomes) == 40 and kinds == ["429", "ok"], outcomes
+    assert all(limited), "a 429 without Retry-After"
+
+
+def test_a_removed_key_stops_working_after_a_re_run(host, tmp_path):
+    spare = client(key("lab-spare"))
+    assert spare.models.list().data
+    without = tmp_path / "keys.yml"
+    # the inventory's list less lab-spare (the same lookups: no key is written here)
+    without.write_text("inference_service_api_keys:\n  - name: lab-client\n"
+                       "    key: \"{{ lookup('ansible.builtin.file', twinrail_lab_state_dir ~ '/api-keys/lab-client') }}\"\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+
+    def service_run(*extra: str) -> None:
+        subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), str(PROJECT / "site.yml"),
+                        "--tags", "service", *extra], check=True, capture_output=True, env=env, cwd=PROJECT)
+
+    pid = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout
+    try:
+        service_run("-e", f"@{without}")
+        with pytest.raises(openai.AuthenticationError):
+            spare.models.list()
+        assert client(key("lab-client")).models.list().data
+        # the guard read the new digests itself: nothing restarted
+        assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout == pid
+    finally:
+        service_run()
+    assert spare.models.list().data
