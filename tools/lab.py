@@ -113,6 +113,8 @@ class Rail:
     name: str
     # (node, interface) for every node on the rail, master first
     ends: list[tuple[str, str]] = field(default_factory=list)
+    # the largest MTU an end uses (a switch must carry it on every port)
+    mtu: int = 1500
 
     @property
     def direct(self) -> bool:
@@ -204,8 +206,14 @@ def topology_from_inventory(inv: dict) -> Topology:
                           address=addr, publish=list(hv.get("twinrail_lab_publish", [])),
                           memory_mb=memory))
         for item in hv.get("twinrail_rails") or []:
-            rails.setdefault(item["name"], Rail(item["name"])).ends.append(
-                (name, item["interface"]))
+            rail = rails.setdefault(item["name"], Rail(item["name"]))
+            rail.ends.append((name, item["interface"]))
+            mtu = item.get("mtu") or hv.get("twinrail_rail_mtu") or 1500
+            try:
+                rail.mtu = max(rail.mtu, int(mtu))
+            except (TypeError, ValueError) as exc:
+                raise LabError(f"{name}: twinrail_rails[{item['name']}].mtu / twinrail_rail_mtu: expected a "
+                               f"whole number such as 9000, got {mtu!r}") from exc
     users = any_vars.get("inference_service_users") or []
     user = users[0].get("name", "") if users and isinstance(users[0], dict) else ""
     return Topology(lab=lab, mgmt_subnet=subnet, nodes=nodes, rails=list(rails.values()), service_user=user)
@@ -606,12 +614,13 @@ def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
     sw = ns_argv(None, ns)
     if link_info(sw, "br0") is None:
         run(sw + ["ip", "link", "add", "br0", "type", "bridge"])
-    run(sw + ["ip", "link", "set", "dev", "br0", "up"])
     for node, ifname in rail.ends:
         pid = container_pid(topo, node)
         port = switch_port(node)
         mine, theirs = link_info(ns_argv(pid), ifname), link_info(sw, port)
         if is_veth_pair(mine, theirs) and theirs.get("master") == "br0":
+            if theirs.get("mtu") != rail.mtu:  # a switch carries the rails' MTU on every port
+                run(sw + ["ip", "link", "set", "dev", port, "mtu", str(rail.mtu)])
             continue
         if mine is not None:
             run(ns_argv(pid) + ["ip", "link", "delete", "dev", ifname])
@@ -620,9 +629,11 @@ def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
         log(f"{rail.name}: cable {node}:{ifname} <-> switch port {port}")
         run(["ip", "link", "add", ifname, "netns", str(pid), "type", "veth",
              "peer", "name", port, "netns", ns])
-        run(sw + ["ip", "link", "set", "dev", port, "master", "br0", "up"])
+        run(sw + ["ip", "link", "set", "dev", port, "mtu", str(rail.mtu), "master", "br0", "up"])
         run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
         plugged(topo, node, ifname)
+    # set, not left to follow the ports: an explicit MTU stays when one is replugged
+    run(sw + ["ip", "link", "set", "dev", "br0", "mtu", str(rail.mtu), "up"])
 
 
 def ensure_rails(topo: Topology) -> None:
@@ -650,6 +661,22 @@ def set_rail(topo: Topology, rail_name: str, node: str | None, up: bool) -> None
 # commands
 
 
+def remove_strays(topo: Topology) -> None:
+    """What an earlier, larger inventory of this lab left: nodes it no longer
+    has, switches of rails that are now a direct cable."""
+    names = out(["docker", "ps", "--all", "--format", "{{.Names}}",
+                 "--filter", f"label={LABEL}={topo.lab}"]).split()
+    wanted = {container_name(topo, n.name) for n in topo.nodes}
+    for name in sorted(set(names) - wanted):
+        log(f"removing {name}: not in this inventory")
+        run(["docker", "rm", "--force", "--volumes", name])
+    namespaces = [line.split()[0] for line in out(["ip", "netns", "list"]).splitlines() if line.strip()]
+    for rail in topo.rails:
+        if rail.direct and switch_netns(topo, rail.name) in namespaces:
+            log(f"{rail.name}: a direct cable now, removing its switch")
+            run(["ip", "netns", "delete", switch_netns(topo, rail.name)])
+
+
 def cmd_up(topo: Topology) -> None:
     require_docker()
     image = build_image()
@@ -657,6 +684,7 @@ def cmd_up(topo: Topology) -> None:
     service_password()
     api_keys()
     ensure_network(topo)
+    remove_strays(topo)
     ensure_nodes(topo, image)
     ensure_rails(topo)
     check_cables(topo)
@@ -737,11 +765,18 @@ def cmd_status(topo: Topology, as_json: bool = False) -> int:
             except LabError:
                 info = None
             ends.append({"node": node, "interface": ifname,
-                         "state": info["operstate"] if info else "absent"})
+                         "state": info["operstate"] if info else "absent",
+                         "mtu": info["mtu"] if info else None})
             healthy &= info is not None
-        report["rails"].append({"rail": rail.name,
-                                "kind": "direct cable" if rail.direct else "switch",
-                                "ends": ends})
+        entry = {"rail": rail.name, "kind": "direct cable" if rail.direct else "switch", "ends": ends,
+                 "mtu": rail.mtu}
+        if not rail.direct:
+            sw = ns_argv(None, switch_netns(topo, rail.name))
+            bridge = link_info(sw, "br0") if switch_netns(topo, rail.name) in out(["ip", "netns", "list"]) else None
+            ports = [link_info(sw, switch_port(node)) for node, _ in rail.ends] if bridge else []
+            entry["switch_mtu"] = sorted({x["mtu"] for x in [bridge, *ports] if x}) if bridge else None
+            healthy &= entry["switch_mtu"] == [rail.mtu]
+        report["rails"].append(entry)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -750,9 +785,10 @@ def cmd_status(topo: Topology, as_json: bool = False) -> int:
                 if n["state"] != "absent" else ""
             print(f"node {n['node']:<10} {n['state']:<8}{extra}")
         for r in report["rails"]:
-            ends = "  <->  ".join(f"{e['node']}:{e['interface']} ({e['state']})"
+            ends = "  <->  ".join(f"{e['node']}:{e['interface']} ({e['state']}, mtu {e['mtu']})"
                                   for e in r["ends"])
-            print(f"rail {r['rail']:<10} {r['kind']}: {ends}")
+            switch = f" (switch mtu {'/'.join(map(str, r['switch_mtu'] or ['absent']))})" if "switch_mtu" in r else ""
+            print(f"rail {r['rail']:<10} {r['kind']}{switch}: {ends}")
     return 0 if healthy else 1
 
 

@@ -114,3 +114,22 @@ def test_service_names_the_url_the_account_and_the_password_file_never_the_passw
     assert f'curl -sk -u operator:"$(cat {password})" https://127.0.0.1:8443/v1/models' in out
     if password.exists():
         assert password.read_text().strip() not in out
+
+
+def test_the_three_node_lab_is_switched_and_its_switches_carry_the_rails_mtu():
+    out = subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab3"), "--list"],
+                         capture_output=True, text=True, check=True).stdout
+    topo = lab.topology_from_inventory(json.loads(out))
+    assert [(n.name, n.address) for n in topo.nodes] == [
+        ("lab-master", "198.18.0.10"), ("lab-worker1", "198.18.0.11"), ("lab-worker2", "198.18.0.12")]
+    assert all(not r.direct for r in topo.rails)
+    # twinrail_rail_mtu (the lab's group_vars) on every port of the bridge, not the bridge's default 1500
+    assert [(r.name, r.mtu) for r in topo.rails] == [("rail0", 9000), ("rail1", 9000)]
+
+
+def test_a_rail_mtu_that_is_not_a_number_names_host_and_variable(inv):
+    inv = copy.deepcopy(inv)
+    inv["_meta"]["hostvars"]["lab-worker1"]["twinrail_rails"][1]["mtu"] = "jumbo"
+    with pytest.raises(lab.LabError, match=r"lab-worker1: twinrail_rails\[rail1\].mtu / twinrail_rail_mtu: "
+                                           r"expected a whole number"):
+        lab.topology_from_inventory(inv)
