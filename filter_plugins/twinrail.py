@@ -53,7 +53,13 @@ def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, ac
             peer = _rail(rails[worker], rail["name"])
             ours, theirs = links[master][rail["name"]], links[worker][rail["name"]]
             rates = [r for r in (ours.get("rate_gbps"), theirs.get("rate_gbps")) if r]
-            rate = min(rates) if rates else default_rate_gbps
+            link = min(rates) if rates else default_rate_gbps
+            # a NIC behind a narrower PCIe link than its port cannot fill the port
+            ceilings = [c for c in (ours.get("pcie_gbps"), theirs.get("pcie_gbps")) if c]
+            pcie = min(ceilings) if ceilings else None
+            rate = min(link, pcie) if pcie else link
+            basis = (f"{float(min_ratio):g} x the {pcie:g} Gb/s PCIe ceiling (the link runs at {link:g} Gb/s)"
+                     if pcie and pcie < link else f"{float(min_ratio):g} x the {link:g} Gb/s link rate")
             client_device, server_device = rail.get("rdma_device") or "", peer.get("rdma_device") or ""
             rdma = bool(client_device and server_device)
             plan.append({
@@ -63,8 +69,8 @@ def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, ac
                 "client_device": client_device, "server_device": server_device,
                 "client_gid": ours.get("gid_index"), "server_gid": theirs.get("gid_index"),
                 "port": int(perftest_port_base if rdma else iperf3_port_base) + 10 * w + i,
-                "rate_gbps": rate,
-                "required_gbps": round(rate * float(min_ratio), 3),
+                "rate_gbps": rate, "link_gbps": link, "pcie_gbps": pcie,
+                "required_gbps": round(rate * float(min_ratio), 3), "required_basis": basis,
             })
     return plan
 

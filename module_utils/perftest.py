@@ -294,14 +294,16 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
         gated = median(averages)
         entry = {"rail": item["rail"], "client": item["client"], "server": item["server"],
                  "transport": item["transport"], "required_gbps": item["required_gbps"],
+                 "required_basis": item.get("required_basis", ""),
                  "bw_average_gbps": gated, "runs_gbps": averages,
                  "spread_pct": spread_pct(averages), "passed": gated >= item["required_gbps"]}
         if item["transport"] == "tcp":
             entry["retransmits"] = [r.get("retransmits") for r in item["runs"]]
         if not entry["passed"]:
+            basis = f" ({item['required_basis']})" if item.get("required_basis") else ""
             failures.append(f"{where}: {item['transport']} average {gated:.2f} Gb/s "
                             f"(median of {len(averages)}), required "
-                            f"{item['required_gbps']:.2f} Gb/s")
+                            f"{item['required_gbps']:.2f} Gb/s{basis}")
         lat = item.get("latency") or []
         if lat:
             typicals = [r.get("t_typical_us") or r.get("t_avg_us") for r in lat]

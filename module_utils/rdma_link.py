@@ -197,6 +197,43 @@ def read_ib_port(root: str, device: str, port: int) -> dict | None:
             "link_layer": _read(os.path.join(base, "link_layer")), "gids": gids}
 
 
+# A PCIe link's lanes carry GT/s each; Gen1 and Gen2 lose 2 bits in 10 to
+# their 8b/10b encoding, Gen3 and later 2 in 130 (128b/130b); every transfer
+# then pays a TLP header and framing (about 24 bytes) per max payload (256
+# bytes on the ConnectX-7 hosts of the field reports). What is left is the
+# most a NIC behind that link can move, whatever its port negotiated: a DGX
+# Spark's ConnectX-7 port is two PCIe Gen5 x4 functions, 200 Gb/s each on
+# the wire and about 115 Gb/s through PCIe (measured: 108 Gb/s, seed and
+# tests/fixtures/hardware).
+PCIE_TLP_EFFICIENCY = 256 / (256 + 24)
+PCIE_GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def parse_pcie_link(text: str | None) -> dict | None:
+    """Speed and width of a PCIe link, from lspci's LnkSta/LnkCap ("Speed
+    32GT/s, Width x4") or from the form read_netdev keeps (sysfs's
+    current_link_speed, "32.0 GT/s PCIe", and " x" + current_link_width).
+    None when either is missing or unknown (a veth, a link not trained)."""
+    if not text:
+        return None
+    speed = re.search(r"(\d+(?:\.\d+)?)\s*GT/s", text)
+    width = re.search(r"(?:Width\s+)?\bx(\d+)\b", text)
+    if not speed or not width or int(width.group(1)) == 0:
+        return None
+    gts = float(speed.group(1))
+    return {"gts": gts, "width": int(width.group(1)), "generation": PCIE_GENERATION.get(gts)}
+
+
+def pcie_ceiling_gbps(text: str | None) -> float | None:
+    """The most a device behind this PCIe link can move, in Gb/s: lanes x
+    GT/s, less the encoding and the TLP overhead (PCIE_TLP_EFFICIENCY)."""
+    link = parse_pcie_link(text)
+    if link is None:
+        return None
+    encoding = 8 / 10 if link["gts"] <= 5.0 else 128 / 130
+    return round(link["gts"] * link["width"] * encoding * PCIE_TLP_EFFICIENCY, 1)
+
+
 def ib_ports(root: str, device: str) -> list[int]:
     base = os.path.join(root, "class", "infiniband", device, "ports")
     if not os.path.isdir(base):
@@ -245,10 +282,12 @@ def rail_state(root: str, rail: dict) -> dict:
              "rdma_device": rail.get("rdma_device") or "", "present": net is not None,
              "netdev": net, "port": None, "gid_index": None}
     if net is None:
-        state.update(up=False, rate_gbps=None,
+        state.update(up=False, rate_gbps=None, pcie_gbps=None,
                      problem=f"interface {rail['interface']} does not exist")
         return state
     state["rate_gbps"] = net["speed_gbps"]
+    # the bandwidth gate holds a rail to the lower of this and its link rate
+    state["pcie_gbps"] = pcie_ceiling_gbps(net["pci_link"])
     up = net["operstate"] == "up" and net["carrier"]
     problem = None if up else (f"{rail['interface']} link {net['operstate']}"
                                f"{'' if net['carrier'] else ', no carrier'}")

@@ -124,10 +124,12 @@ def test_one_measurement_per_worker_and_rail_over_tcp_without_rdma_devices():
     assert plan() == [
         {"rail": "rail0", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
          "client_address": "198.19.0.1", "server_address": "198.19.0.2", "client_device": "", "server_device": "",
-         "client_gid": None, "server_gid": None, "port": 5201, "rate_gbps": 10.0, "required_gbps": 9.0},
+         "client_gid": None, "server_gid": None, "port": 5201, "rate_gbps": 10.0, "link_gbps": 10.0,
+         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate"},
         {"rail": "rail1", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
          "client_address": "198.19.1.1", "server_address": "198.19.1.2", "client_device": "", "server_device": "",
-         "client_gid": None, "server_gid": None, "port": 5202, "rate_gbps": 10.0, "required_gbps": 9.0}]
+         "client_gid": None, "server_gid": None, "port": 5202, "rate_gbps": 10.0, "link_gbps": 10.0,
+         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate"}]
 
 
 def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
@@ -261,3 +263,22 @@ def test_api_key_problems_name_the_entry_and_never_the_key(keys, problem):
 def test_good_api_keys_have_no_problems():
     assert filters.api_key_problems([]) == []
     assert filters.api_key_problems([{"name": "lab-client", "key": GOOD_KEY}, {"name": "b.2", "key": GOOD_KEY + "2"}]) == []
+
+
+def test_a_rail_behind_a_narrower_pcie_link_is_held_to_the_pcie_ceiling():
+    """A DGX Spark: the port negotiates 200 Gb/s, the function sits on PCIe
+    Gen5 x4 (the lspci capture): the pass line is the ratio of the PCIe
+    ceiling, and says so."""
+    import rdma_link  # module_utils, on the unit tests' path
+
+    lnksta = (FIXTURES / "hardware" / "lspci_cx7_lnkcap_lnksta_grep_gen5_x4_hp_zgx_stondo_blog_partial.txt"
+              ).read_text().splitlines()[-1]
+    ceiling = rdma_link.pcie_ceiling_gbps(lnksta)
+    rdma = [dict(r, rdma_device=f"rocep1s0f{i}") for i, r in enumerate(RAILS)]
+    spark = {r["name"]: {"up": True, "rate_gbps": 200.0, "gid_index": 3, "problem": "", "pcie_gbps": ceiling}
+             for r in RAILS}
+    p = plan(rails={"lab-master": rdma, "lab-worker1": [dict(r, rdma_device="mlx5_0") for r in WORKER_RAILS]},
+             links={"lab-master": spark, "lab-worker1": spark}, min_ratio=0.8)
+    assert [(x["link_gbps"], x["pcie_gbps"], x["rate_gbps"]) for x in p] == [(200.0, ceiling, ceiling)] * 2
+    assert p[0]["required_gbps"] == round(0.8 * ceiling, 3)
+    assert p[0]["required_basis"] == f"0.8 x the {ceiling:g} Gb/s PCIe ceiling (the link runs at 200 Gb/s)"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+import rdma_link
 from rdma_link import (ParseError, gid_to_ipv4, parse_ibstat, parse_ibv_devinfo,
                        parse_rate, parse_rdma_link, rail_gate, rail_state, select_gid)
 
@@ -172,3 +173,19 @@ def test_gate_catches_an_mtu_black_hole():
 def test_gate_never_passes_without_any_healthy_rail():
     links = {"a": {"rail0": down()}, "b": {"rail0": down()}}
     assert not rail_gate(links, 200, allow_single_rail=True)["passed"]
+
+
+def test_pcie_ceiling_of_a_gen5_x4_connectx7_function_from_lspci():
+    """LnkCap and LnkSta of a ConnectX-7 function in a GB10 box (real
+    capture): Gen5 x4, about 115 Gb/s through PCIe; the same box's
+    ib_write_bw measured 108.32 Gb/s (the other capture), under it."""
+    text = (FIXTURES / "hardware" / "lspci_cx7_lnkcap_lnksta_grep_gen5_x4_hp_zgx_stondo_blog_partial.txt").read_text()
+    cap, sta = [line for line in text.splitlines() if line.strip().startswith(("LnkCap:", "LnkSta:"))]
+    assert rdma_link.parse_pcie_link(sta) == {"gts": 32.0, "width": 4, "generation": 5}
+    assert rdma_link.parse_pcie_link(cap) == {"gts": 32.0, "width": 4, "generation": 5}
+    ceiling = rdma_link.pcie_ceiling_gbps(sta)
+    assert 112 < ceiling < 118
+    measured = (FIXTURES / "hardware" / "ib_write_bw_dgx_spark_single_fn_108g_D10_client_thinkoffapp.txt").read_text()
+    assert "108.32" in measured and 108.32 < ceiling
+    # a veth has no PCIe link; an untrained one no width
+    assert rdma_link.parse_pcie_link(None) is None and rdma_link.pcie_ceiling_gbps("Speed 32GT/s, Width x0") is None
