@@ -16,7 +16,8 @@ short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
   - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
-    twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests.
+    twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
+    twinrail_transport_problems.
 """
 
 
@@ -191,7 +192,7 @@ def checksum_mismatches(results: list[dict], want: dict, loop_var: str) -> list[
 
 def idle_workers(results: list[dict], model_bytes: int, min_share: float) -> list[dict]:
     """Workers whose RPC servers hold less than ``min_share`` of the model
-    (their command printed "<bytes> <transport>"): they took no part."""
+    (their command printed "<bytes>"): they took no part."""
     return [r for r in results or [] if "stdout" in r
             and int(r["stdout"].split()[0]) < model_bytes * float(min_share)]
 
@@ -208,6 +209,21 @@ def rails_not_answering(results: list[dict], loop_var: str) -> list[dict]:
         rpc = ((result.get("json") or {}).get("rpc") or []) if result.get("status", 0) == 200 else []
         if len([e for e in rpc if e.get("address") == address and e.get("ok")]) != 1:
             out.append(rail)
+    return out
+
+
+def transport_problems(results: list[dict], loop_var: str) -> list[str]:
+    """Each rail of each worker whose RPC server's connections do not use
+    the transport the rail should carry (rpc_transport_facts, looped over
+    the workers), as '<worker> <rail> (<address>): <why>'."""
+    out = []
+    for result in results or []:
+        if "skipped" in result:
+            continue
+        for rail in result.get("rails") or []:
+            if rail.get("problem"):
+                out.append(f"{result[loop_var]} {rail['name']} ({rail['address']}, expected "
+                           f"{rail['expected'].upper()}): {rail['problem']}")
     return out
 
 
@@ -266,4 +282,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_rails_not_answering": rails_not_answering,
             "twinrail_api_key_problems": api_key_problems,
             "twinrail_api_key_digests": api_key_digests,
+            "twinrail_transport_problems": transport_problems,
         }

@@ -31,7 +31,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
-        "twinrail_api_key_problems", "twinrail_api_key_digests"}
+        "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems"}
 
 
 # ------------------------------------------------------------ drift

@@ -1,0 +1,81 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Read, from each RPC server's journal, the transport its connections use."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: rpc_transport_facts
+short_description: Read the transport of each rail's ggml-rpc-server from its journal
+description:
+  - For each rail of this worker, reads the journal of its unit
+    C(twinrail-rpc@<address>.service) since the unit last started (its
+    invocation id) and returns the start banner and, per client connection,
+    whether RDMA was probed and activated.
+  - The banner proves nothing (an RDMA-capable build prints
+    C(TCP (RDMA auto-negotiate enabled)) and falls back to TCP per
+    connection without a word); a rail with an RDMA device gets a verdict
+    only from the newest connection's C(RDMA activated) line on that device.
+    A rail without one is expected on TCP. Reads only.
+version_added: "0.1.0"
+author: twinrail developers
+options:
+  rails:
+    description: This worker's rails (twinrail_rails), each with name, address (with prefix) and rdma_device.
+    type: list
+    elements: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Read the RPC servers' transport
+  rpc_transport_facts:
+    rails: "{{ twinrail_rails }}"
+  register: __transport
+"""
+
+RETURN = r"""
+rails:
+  description: >-
+    Per rail, in the order given, its name, address, unit, expected (rdma or tcp), banner, connections, rdma_connections
+    and problem (none when the transport is the expected one; otherwise why not, in words).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.rpc_transport import parse_log, transport_verdict
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"rails": {"type": "list", "elements": "dict", "required": True}},
+                           supports_check_mode=True)
+    systemctl, journalctl = module.get_bin_path("systemctl", True), module.get_bin_path("journalctl", True)
+    out = []
+    for rail in module.params["rails"]:
+        address = str(rail["address"]).split("/")[0]
+        unit = f"twinrail-rpc@{address}.service"
+        rc, invocation, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
+        invocation = invocation.strip() if rc == 0 else ""
+        match = [f"_SYSTEMD_INVOCATION_ID={invocation}"] if invocation else ["-u", unit, "-n", "500"]
+        rc, text, err = module.run_command([journalctl, "--no-pager", "-o", "cat", *match])
+        if rc != 0:
+            module.fail_json(msg=f"service: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
+        log = parse_log(text)
+        device = rail.get("rdma_device") or ""
+        problem = transport_verdict(log, device) if device else None
+        out.append({"name": rail.get("name"), "address": address, "unit": unit,
+                    "expected": "rdma" if device else "tcp", "banner": log["banner"],
+                    "connections": len(log["connections"]),
+                    "rdma_connections": sum(1 for c in log["connections"] if c["rdma"]),
+                    "problem": problem})
+    module.exit_json(changed=False, rails=out)
+
+
+if __name__ == "__main__":
+    main()
