@@ -43,6 +43,11 @@ systemctl mask getty.target console-getty.service systemd-udevd.service \
   systemd-hwdb-update.service sys-kernel-config.mount \
   systemd-modules-load.service systemd-remount-fs.service \
   apt-daily.timer apt-daily-upgrade.timer 2>/dev/null || true
+# Nor may a container mount rpc_pipefs (NFSv4's pipes), which nfs-common's
+# generator mounts at every boot once a stage or a test installs it (ReaR
+# depends on it): masked before it exists, so a node that reboots boots
+# clean ("running", not "degraded") as a real host does.
+ln -sf /dev/null /etc/systemd/system/run-rpc_pipefs.mount
 
 # The management interface (eth0) is Docker's, not systemd-networkd's (on a
 # real node networkd, netplan or NetworkManager brings it up), and the rails
