@@ -58,7 +58,8 @@ def state(container: str) -> dict:
     units = list(UNITS) + sorted(line.split()[0] for line in sh(
         container, "systemctl", "list-units", "--all", "--plain", "--no-legend", "twinrail-rpc@*").splitlines())
     return {"links": links, "rules": rules, "routes": routes, "sysctls": sysctls,
-            "firewall": sh(container, "nft", "list", "table", "inet", "twinrail"),
+            # -s: the rules without their counters (a boot starts them at 0)
+            "firewall": sh(container, "nft", "-s", "list", "table", "inet", "twinrail"),
             "units": {unit: node(container, "systemctl", "is-active", unit, check=False).stdout.strip()
                       for unit in units}}
 
