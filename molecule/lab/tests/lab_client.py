@@ -52,11 +52,13 @@ def chat(tokens: int = 4, timeout: float = 120) -> tuple[int, dict]:
     return response.status, (json.loads(data) if data.startswith(b"{") else {})
 
 
-def wait_available(limit: float = 180) -> float:
-    started = time.monotonic()
+def wait_available(limit: float = 180, since: float | None = None, timeout: float = 30) -> float:
+    """Seconds from `since` (now by default) to the first chat answered
+    through the proxy, polled every 0.5 s; an error past limit."""
+    started = time.monotonic() if since is None else since
     while time.monotonic() - started < limit:
         try:
-            status, data = chat(timeout=30)
+            status, data = chat(timeout=timeout)
             if status == 200 and data.get("choices"):
                 return time.monotonic() - started
         except OSError:

@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from lab_client import MASTER, WORKER, chat, lab, node, record
+from lab_client import MASTER, WORKER, lab, node, record, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -64,19 +64,6 @@ def state(container: str) -> dict:
                       for unit in units}}
 
 
-def answered_within(limit: float, since: float) -> float:
-    """Seconds from `since` to the first chat answered through the proxy."""
-    while time.monotonic() - since < limit:
-        try:
-            status, data = chat(timeout=10)
-            if status == 200 and data.get("choices"):
-                return time.monotonic() - since
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"no chat answered through the proxy within {limit} s of the power cut")
-
-
 def booted_clean(container: str) -> None:
     deadline = time.monotonic() + 60
     while (status := node(container, "systemctl", "is-system-running", check=False).stdout.strip()) in (
@@ -88,7 +75,7 @@ def booted_clean(container: str) -> None:
 
 @pytest.fixture(scope="module")
 def before():
-    assert answered_within(180, time.monotonic()) >= 0
+    assert wait_available(180) >= 0
     states = {name: state(container) for name, container in NODES.items()}
     for name, seen in states.items():  # what must come back is there to begin with
         assert seen["firewall"].startswith("table inet twinrail"), (name, seen["firewall"])
@@ -104,7 +91,7 @@ def test_power_cut_comes_back_by_itself(host, before, target):
     cut = time.monotonic()
     lab("reboot", *DRILLS[target])
     powered = time.monotonic() - cut
-    back = answered_within(BOUND_S[target], cut)
+    back = wait_available(BOUND_S[target], since=cut, timeout=10)
     print(f"power cut of {target}: nodes powering on {powered:.1f} s after the cut, "
           f"chat answered through the proxy {back:.1f} s after the cut")
     record(f"power cut {target}", {"chat_answered_s": round(back, 2), "power_on_s": round(powered, 2)})
