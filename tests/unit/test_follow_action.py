@@ -65,6 +65,7 @@ def test_a_job_that_outlives_the_timeout_fails_the_task(tmp_path):
 
 @pytest.mark.parametrize(("name", "form", "expected"), [
     ("progress.json", "json", "93.8 MiB of 93.8 MiB (100 %), 187.0 MiB/s, ETA 0 s"),
+    ("build.log", "text", "== 2026-12-01T18:27:01Z exit 0"),
 ])
 def test_the_last_line_of_real_progress_files(name, form, expected):
     text = (REPO / "tests" / "fixtures" / "follow" / name).read_text()

@@ -229,6 +229,13 @@ def test_rollback_after_a_second_runtime_build(host):
     assert len({r for r, _ in first.values()}) == 1, first
     first_build = first[MASTER][0]
     assert {running_release(c, u) for c, u in UNITS} == {first_build}
+    # the controller keeps every build it cached (~/.cache/twinrail/runtime,
+    # shared by checkouts and by the runs before this one): this test's own
+    # second build, left by an earlier run, would be shipped, not compiled
+    cache = Path.home() / ".cache" / "twinrail" / "runtime"
+    for kept in cache.glob("*"):
+        if not kept.name.startswith(first_build):
+            kept.unlink()
     flags = '{"runtime_build_cmake_extra": {"LLAMA_BUILD_COMMIT": "twinrail-second-build"}}'
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime,service", "-e", flags)
     assert proc.returncode == 0, proc.stdout[-3000:]
