@@ -70,7 +70,8 @@ lint: venv
 	ansible-playbook --syntax-check -i $(INVENTORY) site.yml
 
 unit: venv bundle
-	python -m pytest -q tests
+	# one worker per core: the tests are independent (tmp_path, local plays)
+	python -m pytest -q -n auto tests
 
 # one lab, one pass (molecule/lab/molecule.yml): check on the fresh nodes,
 # converge, a second run with changed=0, the verifiers in stage order, the
