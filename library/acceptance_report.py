@@ -75,6 +75,24 @@ def markdown(results: dict, context: dict) -> str:
              perf.get("long_context_memory_growth_pct"), thresholds.get("max_memory_growth_pct"))]
     for name, value, required in rows:
         lines.append(f"| {name} | {value} | {required if required else '-'} |")
+    latency = results.get("latency") or []
+    if latency:
+        lines += ["", "## Latency by concurrency", "",
+                  "| concurrent | requests | errors | first token p50 / p95 / p99 (s) | end to end p50 / p95 / p99 (s) "
+                  "| aggregate (tokens/s) |", "|---|---|---|---|---|---|"]
+        for row in latency:
+            ttft = " / ".join(str(row.get(f"ttft_p{q}_s")) for q in (50, 95, 99))
+            e2e = " / ".join(str(row.get(f"e2e_p{q}_s")) for q in (50, 95, 99))
+            lines.append(f"| {row['concurrency']} | {row['requests']} | {row['errors']} | {ttft} | {e2e} "
+                         f"| {row['aggregate_tps']} |")
+    soak = results.get("soak")
+    if soak:
+        lines += ["", f"## Soak ({soak.get('duration_s', 0):g} s, {soak.get('concurrency')} streams, "
+                      f"{soak.get('window_s', 0):g} s windows)", "",
+                  f"- {soak.get('requests')} requests, {soak.get('errors')} failed",
+                  f"- tokens/s: {soak.get('first_third_tps')} in the first third, {soak.get('last_third_tps')} in "
+                  f"the last ({soak.get('drift_pct')} %)",
+                  f"- memory growth over the run (points): {soak.get('memory_growth_pct')}"]
     drill = results.get("drill")
     if drill:
         lines += ["", f"## Failover drill ({drill.get('interface')} down on the master, SLA {drill.get('sla_s')} s)", "",
@@ -104,7 +122,21 @@ def plot(results: dict, path: str) -> None:
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     timeline = results.get("timeline", [])
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
+    latency = results.get("latency") or []
+    if latency:
+        figure, (top, bottom, ramp) = plt.subplots(3, 1, figsize=(10, 9), gridspec_kw={"height_ratios": [2, 2, 2]})
+        bottom.sharex(top)
+        levels = [row["concurrency"] for row in latency]
+        for key, label in (("ttft_p50_s", "first token p50"), ("ttft_p95_s", "first token p95"),
+                           ("e2e_p50_s", "end to end p50"), ("e2e_p95_s", "end to end p95")):
+            ramp.plot(levels, [row.get(key) for row in latency], marker="o", label=label)
+        ramp.set_xscale("log", base=2)
+        ramp.set_xticks(levels, [str(level) for level in levels])
+        ramp.set_xlabel("concurrent requests (latency ramp)")
+        ramp.set_ylabel("seconds")
+        ramp.legend(loc="upper left", fontsize=8)
+    else:
+        figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
     times = [s["t"] for s in timeline]
     top.plot(times, [s["tokens_per_s"] for s in timeline], color="tab:blue")
     top.set_ylabel("tokens/s (all streams)")

@@ -17,6 +17,12 @@ description:
     through the proxy (TLS, basic authentication, the guard).
   - A long prompt with the memory of every node sampled during its
     generation (from the status of the guard).
+  - A latency ramp, levels of concurrent streaming requests (1, 2, 4, 8 by
+    default), each with its time to first token and end-to-end latency at
+    p50, p95 and p99, its errors and its aggregate tokens/s.
+  - A soak, streams kept busy for a set time, judged in windows; it fails
+    on any error, on throughput drifting down between its first and last
+    third, and on a node's memory growing over the run.
   - Optionally a failover drill on the master itself, one rail's link set
     down during a stream (the hard case, no TCP reset), the time until a
     new request gets a 503 and the stream in flight ends, the link set up
@@ -90,6 +96,19 @@ options:
     description: single_decode_tps, aggregate_decode_tps, prefill_tps, max_memory_growth_pct (absent or 0 for no gate).
     type: dict
     default: {}
+  ramp:
+    description: >-
+      The latency ramp, with levels (concurrent requests at each level), requests (per level, at least the
+      level), tokens (asked for per request) and max_ttft_p95_s (0 for no bound); levels empty for no ramp.
+    type: dict
+    default: {levels: [1, 2, 4, 8], requests: 16, tokens: 64, max_ttft_p95_s: 0}
+  soak:
+    description: >-
+      The soak, with seconds (0 for none), concurrency, tokens (per request), window (seconds),
+      max_drift_pct (the drop of tokens/s allowed between its first and last third) and
+      max_memory_growth_pct (points of a node's memory).
+    type: dict
+    default: {seconds: 600, concurrency: 2, tokens: 64, window: 10, max_drift_pct: 20, max_memory_growth_pct: 2}
   drill:
     description: Failover drill, with enabled, interface (a rail interface of the master), sla (seconds) and recovery_timeout.
     type: dict
@@ -129,6 +148,14 @@ long_context:
   description: Prompt size, tokens, memory before, peak and growth per node.
   returned: success
   type: dict
+latency:
+  description: The ramp's table, a row per level (concurrency, requests, errors, ttft and e2e p50/p95/p99 in seconds, aggregate_tps).
+  returned: success
+  type: list
+soak:
+  description: The soak's figures (requests, errors, tokens/s of its first and last third, drift_pct, memory_growth_pct per node) and its windows.
+  returned: when the soak ran
+  type: dict
 drill:
   description: new_request_503_s, in_flight_end_s, recovery_s and the 503's reason.
   returned: when the drill ran
@@ -147,6 +174,7 @@ import base64
 import json
 import random
 import ssl
+import statistics
 import subprocess
 import threading
 import time
@@ -157,8 +185,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
+    from ansible.module_utils.acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
 except ImportError:  # the unit tests import module_utils directly
     from acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
+    from acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
 
 WORDS = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "iris", "juniper",
          "kelp", "lagoon", "meadow", "nickel", "orchid", "pylon", "quartz", "river", "saffron", "tundra")
@@ -293,6 +323,108 @@ def functional(client, model, prompts, max_repetition, max_garbage):
     return results, failures
 
 
+def timed_request(client, body, on_token):
+    """One streaming request: its time to first token, end-to-end time,
+    completion tokens and error (None when it finished)."""
+    started = time.monotonic()
+    first = []
+
+    def token():
+        if not first:
+            first.append(time.monotonic())
+        on_token()
+
+    try:
+        _text, last, finished = client.stream(body, token)
+    except (OSError, ValueError) as exc:
+        return {"ttft_s": None, "e2e_s": round(time.monotonic() - started, 3), "tokens": 0,
+                "error": f"{type(exc).__name__}: {exc}", "ended": time.monotonic()}
+    ended = time.monotonic()
+    error = None if finished and "error" not in last else str((last.get("error") or {}).get("message", last))[:200]
+    tokens = (last.get("timings") or {}).get("predicted_n") or (last.get("usage") or {}).get("completion_tokens") or 0
+    return {"ttft_s": round(first[0] - started, 3) if first else None, "e2e_s": round(ended - started, 3),
+            "tokens": int(tokens), "error": error, "ended": ended}
+
+
+def ramp(client, body, spec, sampler):
+    """Each level: `level` workers sending the level's requests one after
+    another; the level's row of the latency table."""
+    rows = []
+    for level in spec.get("levels") or []:
+        level = int(level)
+        total = max(int(spec.get("requests", 16)), level)
+        sampler.phase = f"ramp x{level}"
+        outcomes, lock, sent = [], threading.Lock(), [0]
+
+        def worker():
+            while True:
+                with lock:
+                    if sent[0] >= total:
+                        return
+                    sent[0] += 1
+                outcome = timed_request(client, body, sampler.token)
+                with lock:
+                    outcomes.append(outcome)
+
+        threads = [threading.Thread(target=worker) for _ in range(level)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        rows.append(level_row(level, outcomes, time.monotonic() - started))
+    return rows
+
+
+def soak(client, body, spec, sampler):
+    """Streams kept busy for spec["seconds"]; each request counted in the
+    window it ended in; the memory of every node at its start and end
+    (the median of the samples of its first and last window)."""
+    seconds, window = float(spec["seconds"]), float(spec.get("window", 10))
+    sampler.phase = "soak"
+    mark = len(sampler.samples)
+    started = time.monotonic()
+    deadline = started + seconds
+    outcomes, lock = [], threading.Lock()
+
+    def worker():
+        while time.monotonic() < deadline:
+            outcome = timed_request(client, body, sampler.token)
+            with lock:
+                outcomes.append(outcome)
+
+    threads = [threading.Thread(target=worker) for _ in range(int(spec.get("concurrency", 2)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    count = max(1, int(seconds // window))
+    windows = [{"t_s": round((i + 1) * window, 1), "requests": 0, "errors": 0, "tokens": 0, "seconds": window}
+               for i in range(count)]
+    for outcome in outcomes:
+        # a request that ended after the deadline (the last ones in flight) counts in the last window
+        index = min(int((outcome["ended"] - started) // window), count - 1)
+        windows[index]["requests"] += 1
+        windows[index]["errors"] += 1 if outcome["error"] else 0
+        windows[index]["tokens"] += 0 if outcome["error"] else outcome["tokens"]
+    windows[-1]["seconds"] = round(max(window, time.monotonic() - started - window * (count - 1)), 2)
+    samples = sampler.samples[mark:]
+
+    def median_memory(part):
+        hosts = sorted({h for s in part for h in s["memory_pct"]})
+        return {h: statistics.median([s["memory_pct"][h] for s in part if h in s["memory_pct"]]) for h in hosts}
+
+    first = [s for s in samples if s["t"] - samples[0]["t"] <= window] if samples else []
+    last = [s for s in samples if samples[-1]["t"] - s["t"] <= window] if samples else []
+    summary = soak_summary(windows, median_memory(first), median_memory(last))
+    summary["duration_s"] = seconds
+    summary["window_s"] = window
+    summary["concurrency"] = int(spec.get("concurrency", 2))
+    summary["series"] = windows
+    summary["errors_seen"] = sorted({o["error"] for o in outcomes if o["error"]})[:3]
+    return summary
+
+
 def run(module):
     p = module.params
     client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"])
@@ -378,6 +510,19 @@ def run(module):
 
     failures += verdicts(perf, p["thresholds"])
 
+    # short answers of a fixed length (ignore_eos), so every request costs the same
+    quick = {"model": p["model"], "temperature": 0.7, "ignore_eos": True, "max_tokens": int(p["ramp"].get("tokens", 64)),
+             "messages": [{"role": "user", "content": "Describe a harbor at dawn."}]}
+    latency = ramp(client, quick, p["ramp"], sampler)
+    failures += ramp_failures(latency, float(p["ramp"].get("max_ttft_p95_s") or 0))
+
+    soaked = None
+    if float(p["soak"].get("seconds") or 0) > 0:
+        body = dict(quick, max_tokens=int(p["soak"].get("tokens", 64)))
+        soaked = soak(client, body, p["soak"], sampler)
+        failures += soak_failures(soaked, float(p["soak"].get("max_drift_pct", 20)),
+                                  float(p["soak"].get("max_memory_growth_pct", 2)))
+
     drill = None
     if p["drill"].get("enabled"):
         sampler.phase = "failover drill"
@@ -386,7 +531,8 @@ def run(module):
 
     sampler.stop.set()
     sampler.join()
-    return {"functional": answers, "performance": perf, "long_context": long_context, "drill": drill,
+    return {"functional": answers, "performance": perf, "long_context": long_context, "latency": latency,
+            "soak": soaked, "drill": drill,
             "timeline": [{k: v for k, v in s.items() if k != "memory_used"} for s in sampler.samples],
             "failures": failures}
 
@@ -473,6 +619,10 @@ def main():
             "max_repetition": {"type": "float", "default": 0.3},
             "max_garbage": {"type": "float", "default": 0.02},
             "thresholds": {"type": "dict", "default": {}},
+            "ramp": {"type": "dict", "default": {"levels": [1, 2, 4, 8], "requests": 16, "tokens": 64,
+                                                 "max_ttft_p95_s": 0}},
+            "soak": {"type": "dict", "default": {"seconds": 600, "concurrency": 2, "tokens": 64, "window": 10,
+                                                 "max_drift_pct": 20, "max_memory_growth_pct": 2}},
             "drill": {"type": "dict", "default": {"enabled": False}},
             "timeout": {"type": "int", "default": 900},
         },

@@ -88,6 +88,9 @@ def test_several_defects_are_listed_together(tmp_path):
     ({"inference_service_api_keys": [{"name": "tools", "key": "s3cr3t-but-short"}]},
      "service: spark-a: inference_service_api_keys: entry 0 (tools): the key must be a string of at least 24"),
     ({"inference_service_queue_max": -2}, "inference_service_queue_max: expected -1 or more, got -2"),
+    ({"acceptance_soak_seconds": 15},
+     "acceptance_soak_seconds 0 (no soak) or at least 3 windows of acceptance_soak_window s"),
+    ({"acceptance_ramp_levels": [1, 0, 4]}, "acceptance_ramp_levels a list of concurrencies >= 1"),
 ])
 def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
     inv = make_inventory(tmp_path, "spark-a", change)

@@ -73,6 +73,33 @@ def test_the_failover_drill_met_the_seeds_ten_seconds(report):
           f"{drill['in_flight_end_s']} s, back {drill['recovery_s']} s after the link")
 
 
+def test_the_latency_ramp_and_the_soak(report):
+    """Seeds 000/002/004: first-token and end-to-end latency at p50/p95/p99
+    for 1, 2, 4 and 8 concurrent requests (the lab's 4 slots: at 8 half of
+    them queue), every request answered; a minute's soak without an error,
+    throughput steady and memory flat."""
+    rows = report["latency"]
+    assert [r["concurrency"] for r in rows] == [1, 2, 4, 8]
+    for row in rows:
+        assert row["errors"] == 0 and row["requests"] == 8 and len(row["samples"]) == 8, row
+        assert 0 < row["ttft_p50_s"] <= row["ttft_p95_s"] <= row["ttft_p99_s"] <= row["e2e_p99_s"], row
+        assert row["e2e_p50_s"] <= row["e2e_p95_s"] <= row["e2e_p99_s"] and row["aggregate_tps"] > 0, row
+    # past the 4 slots a request waits for one: its first token comes later
+    assert rows[3]["ttft_p95_s"] > rows[0]["ttft_p95_s"]
+    soak = report["soak"]
+    assert soak["windows"] == 6 and soak["errors"] == 0 and soak["requests"] >= 12, soak
+    # the lab's bound (inventory/lab: its shared cores make throughput noisy)
+    assert soak["drift_pct"] >= -60 and set(soak["memory_growth_pct"]) == {"lab-master", "lab-worker1"}
+    assert all(g <= 2 for g in soak["memory_growth_pct"].values()), soak["memory_growth_pct"]
+    assert any(s["phase"] == "soak" for s in report["timeline"])
+    markdown = (REPORTS / report["context"]["run"] / "acceptance.md").read_text()
+    assert "## Latency by concurrency" in markdown and "| 8 | 8 | 0 | " in markdown
+    assert "## Soak (60 s, 2 streams, 10 s windows)" in markdown
+    print("acceptance ramp: " + "; ".join(f"x{r['concurrency']} first token p50 {r['ttft_p50_s']} s p95 "
+                                          f"{r['ttft_p95_s']} s, {r['aggregate_tps']} tokens/s" for r in rows)
+          + f"; soak {soak['requests']} requests, {soak['first_third_tps']} -> {soak['last_third_tps']} tokens/s")
+
+
 def test_the_markdown_and_the_plot(report):
     run = REPORTS / report["context"]["run"]
     markdown = (run / "acceptance.md").read_text()
@@ -84,7 +111,8 @@ def test_the_markdown_and_the_plot(report):
 def test_a_threshold_the_lab_cannot_meet_fails_the_gate_with_the_figures(report):
     before = reports()
     proc = site("-e", "acceptance_min_single_decode_tps=100000", "-e", "acceptance_failover_drill=false",
-                "-e", "acceptance_long_context_chars=2000")
+                "-e", "acceptance_long_context_chars=2000", "-e", "acceptance_soak_seconds=0",
+                "-e", '{"acceptance_ramp_levels": [1]}')
     assert proc.returncode != 0
     assert "acceptance: lab-master: 1 check(s) failed: single-stream decode:" in proc.stdout
     assert "tokens/s measured, 100000.0 required" in proc.stdout
