@@ -1,0 +1,79 @@
+"""The operator's command line on the serving lab, as an operator runs it
+(the `twinrail` console script over the lab inventory, SSH with the lab's
+known hosts): HEALTH_OK on the converged lab, HEALTH_ERR naming the rail
+while rail1 is cut (then mended, the service back), the RPC servers'
+journal lines through `twinrail logs`, an unknown node refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+from lab_client import PROJECT, lab, wait_available
+
+testinfra_hosts = ["ansible://master"]
+
+SCHEMA = json.loads((PROJECT / "src" / "twinrail" / "ctl" / "status.schema.json").read_text())
+
+
+def twinrail(*argv: str) -> subprocess.CompletedProcess:
+    binary = shutil.which("twinrail") or str(Path(sys.executable).parent / "twinrail")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    return subprocess.run([binary, "-i", str(PROJECT / "inventory" / "lab"), *argv], cwd=PROJECT, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_status_is_health_ok_on_the_converged_lab(host):
+    proc = twinrail("status")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == "HEALTH_OK", proc.stdout
+    assert "every node agrees on the deployed configuration, runtime, guard and weights" in proc.stdout
+    proc = twinrail("status", "--json")
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert data["health"] == "HEALTH_OK" and [n["name"] for n in data["nodes"]] == ["lab-master", "lab-worker1"]
+    worker = data["nodes"][1]
+    assert [r["transport"] for r in worker["rails"]] == ["tcp", "tcp"] and all(r["link"] == "UP" for r in worker["rails"])
+    assert data["service"]["available"] and data["service"]["slots"] == 4
+    print("twinrail status: " + proc.stdout.splitlines()[1] if proc.stdout.count("\n") > 1 else "")
+
+
+def test_a_cut_rail_is_health_err_naming_the_rail(host):
+    lab("cut", "rail1")
+    try:
+        # the guard needs its grace (3 s) to call the worker lost
+        time.sleep(6)
+        proc = twinrail("status")
+    finally:
+        lab("mend", "rail1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("HEALTH_ERR: ") and "lab-master: rail1 (ens1f1np1) link " in first, first
+    assert "service unavailable: worker unavailable: lab-worker1 rail 198.19.1.2" in first, first
+    wait_available(limit=120)
+    proc = twinrail("status")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_logs_show_the_rpc_servers_lines_by_node(host):
+    proc = twinrail("logs", "lab-worker1", "rpc", "-n", "20")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(" lab-worker1 twinrail-rpc@198.19." in line for line in lines), lines[:5]
+    proc = twinrail("logs", "--since=-30min")
+    nodes = {line.split()[2] for line in proc.stdout.splitlines()}
+    assert nodes == {"lab-master", "lab-worker1"}, proc.stdout[-2000:]
+
+
+def test_an_unknown_node_or_unit_is_refused_naming_the_valid_ones(host):
+    proc = twinrail("logs", "lab-worker9", "rpc")
+    assert proc.returncode == 2
+    assert "no node 'lab-worker9' in the inventory; its nodes: lab-master, lab-worker1" in proc.stderr
+    proc = twinrail("logs", "lab-worker1", "rcp")
+    assert proc.returncode == 2 and "unknown unit 'rcp'; the service's units: agent, firewall" in proc.stderr

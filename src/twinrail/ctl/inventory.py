@@ -1,0 +1,120 @@
+"""The cluster as the Ansible inventory describes it, read through
+`ansible-inventory -i INV --list` (the stable interface, not Ansible's
+Python API): the master and the workers in order, how to reach each node
+(address, user, port, key, known hosts, become) and what it should run
+(rails, ports, watermarks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+
+DEFAULTS = {"inference_service_guard_port": 8081, "inference_service_listen_port": 8080,
+            "inference_service_proxy_port": 443, "inference_service_rpc_port": 50052,
+            "twinrail_memory_soft_watermark_pct": 85, "twinrail_memory_hard_watermark_pct": 92,
+            "twinrail_rail_mtu": 9000, "system_backup_record_dir": "/var/lib/twinrail/deployments"}
+
+
+class InventoryError(ValueError):
+    """The inventory cannot be read or lacks what the command needs."""
+
+
+@dataclass
+class Rail:
+    name: str
+    interface: str
+    address: str  # without its prefix
+    rdma_device: str = ""
+
+
+@dataclass
+class Node:
+    name: str
+    role: str  # master or worker
+    host: str
+    user: str
+    port: int = 22
+    key_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    become: bool = False
+    rails: list[Rail] = field(default_factory=list)
+
+    def units(self, rpc_port: int) -> list[str]:
+        """The units this node runs for the service, in startup order."""
+        if self.role == "master":
+            return ["twinrail-firewall.service", "twinrail-llama.service", "twinrail-guard.service", "nginx.service"]
+        return (["twinrail-firewall.service"] + [f"twinrail-rpc@{rail.address}.service" for rail in self.rails]
+                + ["twinrail-agent.service"])
+
+
+@dataclass
+class Cluster:
+    nodes: list[Node]
+    settings: dict
+
+    @property
+    def master(self) -> Node:
+        return self.nodes[0]
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise InventoryError(f"no node {name!r} in the inventory; its nodes: {', '.join(n.name for n in self.nodes)}")
+
+
+def _plain(value, default=None):
+    """A variable as written in the inventory: an unrendered Jinja
+    expression is of no use outside Ansible, so the default applies."""
+    if isinstance(value, str) and "{{" in value:
+        return default
+    return default if value is None else value
+
+
+def _known_hosts(common_args: str) -> str:
+    for word in shlex.split(common_args or ""):
+        match = re.match(r"(?i)UserKnownHostsFile=(\S+)", word)
+        if match:
+            return match.group(1)
+    return "~/.ssh/known_hosts"
+
+
+def parse(listing: dict) -> Cluster:
+    """The cluster from `ansible-inventory --list` output."""
+    hostvars = listing.get("_meta", {}).get("hostvars", {})
+    masters = listing.get("master", {}).get("hosts", [])
+    workers = listing.get("workers", {}).get("hosts", [])
+    if len(masters) != 1 or not workers:
+        raise InventoryError(f"inventory: expected one host in 'master' and at least one in 'workers', got "
+                             f"master {masters} and workers {workers}")
+    nodes = []
+    for name, role in [(masters[0], "master")] + [(w, "worker") for w in workers]:
+        hv = hostvars.get(name, {})
+        rails = [Rail(r["name"], r["interface"], str(r["address"]).split("/")[0], r.get("rdma_device") or "")
+                 for r in hv.get("twinrail_rails") or []]
+        key = _plain(hv.get("ansible_ssh_private_key_file"))
+        nodes.append(Node(name=name, role=role, host=_plain(hv.get("ansible_host"), name),
+                          user=_plain(hv.get("ansible_user"), os.environ.get("USER", "root")),
+                          port=int(_plain(hv.get("ansible_port"), 22)),
+                          key_file=os.path.expanduser(key) if key else None,
+                          known_hosts=os.path.expanduser(_known_hosts(_plain(hv.get("ansible_ssh_common_args"), ""))),
+                          become=bool(_plain(hv.get("ansible_become"), False)), rails=rails))
+    first = hostvars.get(masters[0], {})
+    settings = {key: _plain(first.get(key), default) for key, default in DEFAULTS.items()}
+    return Cluster(nodes=nodes, settings=settings)
+
+
+def load(inventory: str) -> Cluster:
+    """Run ansible-inventory on the inventory and parse what it lists."""
+    try:
+        proc = subprocess.run(["ansible-inventory", "-i", inventory, "--list"], capture_output=True, text=True,
+                              timeout=120, check=False)
+    except FileNotFoundError as exc:
+        raise InventoryError("ansible-inventory not found: run twinrail from the project's virtualenv") from exc
+    if proc.returncode != 0:
+        raise InventoryError(f"inventory {inventory}: ansible-inventory failed: {proc.stderr.strip()[-500:]}")
+    return parse(json.loads(proc.stdout))

@@ -1,0 +1,112 @@
+"""twinrail: the operator's command line.
+
+  twinrail status [-i INV] [--json]         the cluster in one screen, a verdict and an exit code
+  twinrail logs [NODE] [UNIT] [-f] [--since S] [-n N]   the service's journals across nodes, by time
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+from . import logs as logs_mod
+from . import probe, status as status_mod
+from .inventory import InventoryError, load
+
+DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", "inventory/lab")
+
+
+def cmd_status(args) -> int:
+    cluster = load(args.inventory)
+    probes = probe.collect(cluster, timeout=args.timeout)
+    reports = status_mod.reports_of(Path(args.reports))
+    result = status_mod.judge(cluster, probes, reports)
+    print(json.dumps(result, indent=2) if args.json else status_mod.render(result))
+    return status_mod.CODES[result["health"]]
+
+
+def cmd_logs(args) -> int:
+    cluster = load(args.inventory)
+    node = args.node
+    unit = args.unit
+    # one argument that is a unit, not a node: every node's journal of that unit
+    if node and unit is None and node not in [n.name for n in cluster.nodes] and node != "all":
+        if node in logs_mod.ALIASES or node.startswith(("twinrail-", "nginx")):
+            node, unit = None, node
+    nodes = logs_mod.pick(cluster, node)
+    units = logs_mod.unit_pattern(unit)
+    conns = dict(zip([n.name for n in nodes], probe.connections(cluster, nodes, args.timeout)))
+    if args.follow:
+        def follow(name, conn, spec):
+            class Out:
+                buffer = ""
+
+                def write(self, data):
+                    self.buffer += data
+                    *done, self.buffer = self.buffer.split("\n")
+                    for entry in logs_mod.entries(name, "\n".join(done)):
+                        print(logs_mod.line(entry), flush=True)
+
+                def flush(self):
+                    pass
+            conn.run(logs_mod.command(spec, units, args.since, True, args.lines), out_stream=Out(), warn=True)
+
+        threads = [threading.Thread(target=follow, args=(n.name, conns[n.name], n), daemon=True) for n in nodes]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    per_node, failed = {}, []
+    for spec in nodes:
+        try:
+            result = conns[spec.name].run(logs_mod.command(spec, units, args.since, False, args.lines), hide=True,
+                                          warn=True, timeout=60)
+            per_node[spec.name] = logs_mod.entries(spec.name, result.stdout)
+        except Exception as exc:  # pylint: disable=broad-except  # an unreachable node is said, not a traceback
+            failed.append(f"{spec.name}: unreachable: {type(exc).__name__}: {exc}")
+    for entry in logs_mod.interleave(per_node):
+        print(logs_mod.line(entry))
+    for message in failed:
+        print(f"twinrail logs: {message}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="twinrail", description="The operator's command line of a twinrail cluster.")
+    parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY,
+                        help=f"the Ansible inventory (default {DEFAULT_INVENTORY}, or $TWINRAIL_INVENTORY)")
+    parser.add_argument("--timeout", type=float, default=10, help="seconds to connect to a node")
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="the cluster in one screen: HEALTH_OK, HEALTH_WARN or HEALTH_ERR")
+    status.add_argument("--json", action="store_true", help="the status as JSON (schema: docs/cli.md)")
+    status.add_argument("--reports", default=str(status_mod.REPO / "reports"),
+                        help="the controller's reports (bandwidth baseline, acceptance verdicts)")
+    status.set_defaults(func=cmd_status)
+    logs = sub.add_parser("logs", help="the service's journals across nodes, by time")
+    logs.add_argument("node", nargs="?", help="a node of the inventory (default every node)")
+    logs.add_argument("unit", nargs="?", help=f"one of {', '.join(sorted(logs_mod.ALIASES))} or a unit name")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow the journals as they grow")
+    logs.add_argument("--since", help="journalctl --since (e.g. '-10min', '2026-12-01 10:00')")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="lines per node without --since (default 50)")
+    logs.set_defaults(func=cmd_logs)
+    args = parser.parse_args(argv)
+    # paramiko logs a failed handshake with its traceback; twinrail says it once, per node
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    try:
+        return args.func(args)
+    except InventoryError as exc:
+        print(f"twinrail: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""`twinrail status`: the cluster's state in the order a person checks it,
+judged into one verdict (HEALTH_OK, HEALTH_WARN, HEALTH_ERR) with an exit
+code to match (0, 1, 2). Pure functions over the nodes' probes (probe.py)
+and the controller's reports; the JSON schema is in docs/cli.md."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .inventory import Cluster
+
+SCHEMA = 1
+CODES = {"HEALTH_OK": 0, "HEALTH_WARN": 1, "HEALTH_ERR": 2}
+# the project's checkout: module_utils holds the RPC log parser the service gate uses
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _parse_rpc_log(text: str) -> dict:
+    sys.path.insert(0, str(REPO / "module_utils"))
+    try:
+        from rpc_transport import parse_log  # pylint: disable=import-outside-toplevel,import-error
+    finally:
+        sys.path.pop(0)
+    return parse_log(text)
+
+
+def transport(journal: str, rdma_device: str) -> str:
+    """tcp or rdma, from the RPC server's journal since it started: rdma
+    only when the newest client connection activated RDMA."""
+    connections = _parse_rpc_log(journal or "")["connections"]
+    if not connections:
+        return "no connection yet"
+    return "rdma" if connections[-1]["rdma"] else "tcp"
+
+
+def _metric(text: str, name: str) -> float | None:
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})?\s+(\S+)", text or "", re.M)
+    return float(match.group(1)) if match else None
+
+
+def _age(stamp: str | None, now: float) -> str:
+    if not stamp:
+        return ""
+    try:
+        then = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return ""
+    hours = (now - then) / 3600
+    return f"{hours:.1f} h ago" if hours < 48 else f"{hours / 24:.0f} days ago"
+
+
+def reports_of(directory: Path) -> dict:
+    """The last bandwidth baseline and acceptance verdict on the controller."""
+    out = {"bandwidth": None, "acceptance": None}
+    baseline = directory / "latest" / "bandwidth.json"
+    if baseline.exists():
+        data = json.loads(baseline.read_text())
+        out["bandwidth"] = {"run": data.get("run"), "passed": bool(data.get("passed")),
+                            "failures": data.get("failures", [])}
+    found = sorted(directory.glob("*/acceptance.json")) if directory.exists() else []
+    if found:
+        data = json.loads(found[-1].read_text())
+        out["acceptance"] = {"run": (data.get("context") or {}).get("run"), "passed": not data.get("failures"),
+                             "failures": data.get("failures", [])}
+    return out
+
+
+def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = None) -> dict:
+    """The status document: nodes (units, rails, memory), the service, the
+    deployment, the reports, and the checks that set the verdict."""
+    now = now or time.time()
+    checks = []
+
+    def check(severity, node, what, message):
+        checks.append({"severity": severity, "node": node, "what": what, "message": message})
+
+    s = cluster.settings
+    soft, hard = float(s["twinrail_memory_soft_watermark_pct"]), float(s["twinrail_memory_hard_watermark_pct"])
+    guard = {}
+    master_probe = probes.get(cluster.master.name, {})
+    if master_probe.get("guard", {}).get("status") in (200, 503):
+        try:
+            guard = json.loads(master_probe["guard"]["body"])
+        except ValueError:
+            guard = {}
+    nodes = []
+    for node in cluster.nodes:
+        probe = probes.get(node.name, {})
+        entry = {"name": node.name, "role": node.role, "host": node.host, "reachable": "unreachable" not in probe,
+                 "units": [], "rails": [], "memory": None}
+        nodes.append(entry)
+        if not entry["reachable"]:
+            entry["error"] = probe.get("unreachable")
+            check("ERR", node.name, "node", f"{node.name} ({node.host}) unreachable: {probe.get('unreachable')}")
+            continue
+        for unit in node.units(int(s["inference_service_rpc_port"])):
+            shown = probe["units"].get(unit, {})
+            state = shown.get("ActiveState", "not installed")
+            entry["units"].append({"unit": unit, "active": state, "sub": shown.get("SubState"),
+                                   "since": shown.get("ActiveEnterTimestamp") or None,
+                                   "restarts": int(shown.get("NRestarts") or 0)})
+            if state != "active":
+                check("ERR", node.name, unit, f"{node.name}: {unit} is {state}")
+        links = {link["ifname"]: link for link in probe.get("links", [])}
+        addresses = {a["ifname"]: [i["local"] for i in a.get("addr_info", [])] for a in probe.get("addresses", [])}
+        for rail in node.rails:
+            link = links.get(rail.interface)
+            rpc_unit = f"twinrail-rpc@{rail.address}.service"
+            row = {"rail": rail.name, "interface": rail.interface, "address": rail.address,
+                   "link": "absent" if link is None else link.get("operstate", "UNKNOWN"),
+                   "mtu": link.get("mtu") if link else None, "speed_mbps": probe.get("speeds", {}).get(rail.interface),
+                   "addressed": rail.address in addresses.get(rail.interface, []),
+                   "transport": (transport(probe.get("journals", {}).get(rpc_unit, ""), rail.rdma_device)
+                                 if node.role == "worker" else None)}
+            entry["rails"].append(row)
+            if row["link"] != "UP":
+                check("ERR", node.name, rail.name, f"{node.name}: {rail.name} ({rail.interface}) link {row['link']}")
+            elif not row["addressed"]:
+                check("ERR", node.name, rail.name, f"{node.name}: {rail.name} ({rail.interface}) lacks its address "
+                                                   f"{rail.address}")
+            if row["mtu"] and int(row["mtu"]) != int(s["twinrail_rail_mtu"]):
+                check("WARN", node.name, rail.name, f"{node.name}: {rail.name} MTU {row['mtu']}, the inventory says "
+                                                    f"{s['twinrail_rail_mtu']}")
+            if rail.rdma_device and row["transport"] == "tcp":
+                check("WARN", node.name, rail.name, f"{node.name}: {rail.name}'s RPC server serves over TCP although "
+                                                    f"the rail has RDMA device {rail.rdma_device}")
+        memory = (guard.get("memory") or {}).get(node.name)
+        if memory:
+            entry["memory"] = {"percent": memory.get("percent"), "used": memory.get("used"),
+                               "total": memory.get("total"), "soft_pct": soft, "hard_pct": hard}
+            pct = float(memory.get("percent") or 0)
+            if pct >= hard:
+                check("ERR", node.name, "memory", f"{node.name}: memory {pct:.1f} %, past the hard watermark {hard} %")
+            elif pct >= soft:
+                check("WARN", node.name, "memory", f"{node.name}: memory {pct:.1f} %, past the soft watermark {soft} %")
+
+    metrics = (master_probe.get("llama_metrics") or {}).get("body", "")
+    proxy = master_probe.get("proxy") or {}
+    service = {"available": guard.get("available"), "reason": guard.get("reason"), "slots_busy": guard.get("active"),
+               "slots": guard.get("slots"), "queued": guard.get("waiting"), "queue_max": guard.get("queue_max"),
+               "proxy_http": proxy.get("status"),
+               "decode_tps": _metric(metrics, "llamacpp:predicted_tokens_seconds"),
+               "requests_processing": _metric(metrics, "llamacpp:requests_processing"),
+               "requests_deferred": _metric(metrics, "llamacpp:requests_deferred")}
+    if master_probe and "unreachable" not in master_probe:
+        if not guard:
+            check("ERR", cluster.master.name, "service", f"{cluster.master.name}: the guard does not answer "
+                                                         f"({master_probe.get('guard', {}).get('error', 'no status')})")
+        elif not guard.get("available"):
+            check("ERR", cluster.master.name, "service", f"service unavailable: {guard.get('reason')}")
+        if proxy.get("status") is None:
+            check("ERR", cluster.master.name, "proxy", f"{cluster.master.name}: the proxy does not answer on port "
+                                                       f"{s['inference_service_proxy_port']} ({proxy.get('error')})")
+
+    records = {n: (p.get("record") or {}) for n, p in probes.items() if "unreachable" not in p}
+    deployment = {"nodes": {n: {"digest": r.get("digest"), "config_version": r.get("config_version"),
+                                "runtime": (r.get("runtime") or {}).get("release"),
+                                "guard": (r.get("guard") or {}).get("release"),
+                                "weights": {m: (w or {}).get("revision") for m, w in sorted((r.get("models") or {}).items())},
+                                "recorded": r.get("recorded")}
+                            for n, r in sorted(records.items())}}
+    for key in ("config_version", "runtime", "guard", "weights"):
+        values = {n: json.dumps(d[key], sort_keys=True) if key == "weights" else d[key]
+                  for n, d in deployment["nodes"].items()}
+        deployment[f"{key}_agree"] = len(set(values.values())) <= 1
+        if len(set(values.values())) > 1:
+            check("WARN", None, "deployment", f"the nodes disagree on the {key.replace('_', ' ')}: "
+                                              + ", ".join(f"{n} {v}" for n, v in values.items()))
+    missing = [n for n, d in deployment["nodes"].items() if not d["digest"]]
+    if missing:
+        check("WARN", None, "deployment", f"no deployment record on {', '.join(missing)}")
+
+    for name, label in (("bandwidth", "bandwidth baseline"), ("acceptance", "acceptance verdict")):
+        found = reports.get(name)
+        if not found:
+            check("WARN", None, name, f"no {label} on the controller")
+        else:
+            found["age"] = _age(found.get("run"), now)
+            if not found["passed"]:
+                check("WARN", None, name, f"the last {label} ({found['run']}) failed: "
+                                          + "; ".join(found.get("failures", [])[:2]))
+    worst = "ERR" if any(c["severity"] == "ERR" for c in checks) else "WARN" if checks else "OK"
+    return {"schema": SCHEMA, "health": f"HEALTH_{worst}", "checks": checks, "nodes": nodes, "service": service,
+            "deployment": deployment, "reports": reports,
+            "time": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
+
+
+def render(status: dict) -> str:
+    """The one screen: the verdict and why first, then nodes, rails,
+    service, deployment and reports."""
+    lines = [status["health"] + (": " + "; ".join(c["message"] for c in status["checks"]) if status["checks"] else "")]
+    lines.append(f"  as of {status['time']}")
+    lines.append("nodes")
+    for node in status["nodes"]:
+        if not node["reachable"]:
+            lines.append(f"  {node['name']:<14} {node['role']:<7} UNREACHABLE  {node.get('error')}")
+            continue
+        memory = node["memory"]
+        mem = (f"memory {memory['percent']} % (soft {memory['soft_pct']:g}, hard {memory['hard_pct']:g})"
+               if memory else "memory: not reported by the guard")
+        lines.append(f"  {node['name']:<14} {node['role']:<7} {node['host']:<15} {mem}")
+        for unit in node["units"]:
+            since = f" since {unit['since']}" if unit["since"] and unit["active"] == "active" else ""
+            restarts = f", {unit['restarts']} restarts" if unit["restarts"] else ""
+            lines.append(f"    {unit['unit']:<38} {unit['active']}{since}{restarts}")
+        for rail in node["rails"]:
+            speed = f"{rail['speed_mbps'] / 1000:g} Gb/s" if rail["speed_mbps"] and rail["speed_mbps"] > 0 else "speed n/a"
+            extra = f", transport {rail['transport']}" if rail["transport"] else ""
+            lines.append(f"    {rail['rail']:<6} {rail['interface']:<12} {rail['link']:<6} MTU {rail['mtu']}, {speed}, "
+                         f"{rail['address']}{'' if rail['addressed'] else ' MISSING'}{extra}")
+    svc = status["service"]
+    lines.append("service")
+    state = ("available" if svc["available"] else "unknown: the master's guard was not read"
+             if svc["available"] is None else f"UNAVAILABLE: {svc['reason']}")
+    lines.append(f"  {state}; slots "
+                 f"{svc['slots_busy']}/{svc['slots']} busy, {svc['queued']} queued (cap {svc['queue_max']}); proxy "
+                 f"HTTP {svc['proxy_http']}; decode {'n/a' if svc['decode_tps'] is None else round(svc['decode_tps'], 1)} tokens/s (llama-server's average)")
+    dep = status["deployment"]
+    lines.append("deployment")
+    for name, node in dep["nodes"].items():
+        weights = ", ".join(f"{m} {r}" for m, r in (node["weights"] or {}).items())
+        lines.append(f"  {name:<14} record {node['digest']} ({node['recorded']}), configuration {node['config_version']}, "
+                     f"runtime {node['runtime']}, guard {node['guard']}, weights {weights or 'none'}")
+    agree = [k for k in ("config_version", "runtime", "guard", "weights") if dep.get(f"{k}_agree")]
+    lines.append(f"  {'every node agrees' if len(agree) == 4 else 'the nodes DISAGREE'} on the deployed "
+                 f"configuration, runtime, guard and weights")
+    lines.append("reports")
+    for name in ("bandwidth", "acceptance"):
+        found = status["reports"].get(name)
+        lines.append(f"  {name:<11} " + ("none" if not found else
+                                         f"{'PASS' if found['passed'] else 'FAIL'} {found['run']} ({found.get('age')})"))
+    return "\n".join(lines)

@@ -1,0 +1,183 @@
+"""`twinrail status` judged from what its probe read on the converged lab
+(tests/fixtures/lab/twinrail_probes_converged_lab.json: both nodes' probe
+output, the program of src/twinrail/ctl/probe.py run over SSH) and the lab
+inventory as `ansible-inventory --list` gives it; each fault is that
+capture with one thing changed, as the node would report it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+
+import jsonschema
+import pytest
+from conftest import REPO
+
+from twinrail.ctl import inventory, logs, probe, status
+
+PROBES = json.loads((REPO / "tests" / "fixtures" / "lab" / "twinrail_probes_converged_lab.json").read_text())
+SCHEMA = json.loads((REPO / "src" / "twinrail" / "ctl" / "status.schema.json").read_text())
+REPORTS = {"bandwidth": {"run": "20261201T155608Z", "passed": True, "failures": []},
+           "acceptance": {"run": "20261201T184318Z", "passed": True, "failures": []}}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    out = subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab"), "--list"], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return inventory.parse(json.loads(out))
+
+
+def judged(cluster, probes=None, reports=None):
+    result = status.judge(cluster, probes or PROBES, copy.deepcopy(reports or REPORTS), now=1796150000)
+    jsonschema.validate(result, SCHEMA)  # every document, whatever its verdict
+    return result
+
+
+def test_the_inventory_gives_the_nodes_and_how_to_reach_them(cluster):
+    assert [(n.name, n.role, n.host, n.user) for n in cluster.nodes] == [
+        ("lab-master", "master", "198.18.0.10", "twinrail"), ("lab-worker1", "worker", "198.18.0.11", "twinrail")]
+    worker = cluster.node("lab-worker1")
+    assert worker.become and worker.known_hosts.endswith("/.local/state/twinrail-lab/known_hosts")
+    assert [r.address for r in worker.rails] == ["198.19.0.2", "198.19.1.2"]
+    assert worker.units(50052) == ["twinrail-firewall.service", "twinrail-rpc@198.19.0.2.service",
+                                   "twinrail-rpc@198.19.1.2.service", "twinrail-agent.service"]
+    with pytest.raises(inventory.InventoryError, match="no node 'lab-worker9' in the inventory; its nodes: "
+                                                       "lab-master, lab-worker1"):
+        cluster.node("lab-worker9")
+
+
+def test_the_converged_lab_is_health_ok(cluster):
+    result = judged(cluster)
+    assert result["health"] == "HEALTH_OK", result["checks"]
+    master, worker = result["nodes"]
+    assert all(u["active"] == "active" for u in master["units"] + worker["units"])
+    assert [(r["rail"], r["link"], r["mtu"], r["addressed"], r["transport"]) for r in worker["rails"]] == [
+        ("rail0", "UP", 9000, True, "tcp"), ("rail1", "UP", 9000, True, "tcp")]
+    assert 0 < worker["memory"]["percent"] < 85 and worker["memory"]["hard_pct"] == 92
+    assert result["service"]["available"] is True and result["service"]["slots"] == 4
+    assert result["service"]["proxy_http"] == 401  # nginx answers, and wants credentials
+    dep = result["deployment"]
+    assert dep["runtime_agree"] and dep["config_version_agree"] and dep["weights_agree"]
+    screen = status.render(result)
+    assert screen.splitlines()[0] == "HEALTH_OK"
+    assert "rail1  ens1f1np1    UP     MTU 9000" in screen and "every node agrees" in screen
+
+
+def test_a_cut_rail_is_health_err_naming_the_rail(cluster):
+    probes = copy.deepcopy(PROBES)
+    for link in probes["lab-master"]["links"]:
+        if link["ifname"] == "ens1f1np1":
+            link["operstate"] = "LOWERLAYERDOWN"
+    result = judged(cluster, probes)
+    assert result["health"] == "HEALTH_ERR"
+    assert "lab-master: rail1 (ens1f1np1) link LOWERLAYERDOWN" in [c["message"] for c in result["checks"]]
+    assert status.render(result).startswith("HEALTH_ERR: lab-master: rail1 (ens1f1np1) link LOWERLAYERDOWN")
+    assert status.CODES[result["health"]] == 2
+
+
+def test_a_stopped_rpc_server_and_an_unreachable_node(cluster):
+    probes = copy.deepcopy(PROBES)
+    probes["lab-worker1"]["units"]["twinrail-rpc@198.19.0.2.service"]["ActiveState"] = "failed"
+    assert "lab-worker1: twinrail-rpc@198.19.0.2.service is failed" in [c["message"] for c in
+                                                                       judged(cluster, probes)["checks"]]
+    probes["lab-worker1"] = {"unreachable": "NoValidConnectionsError: Unable to connect to port 22 on 198.18.0.11"}
+    result = judged(cluster, probes)
+    assert result["health"] == "HEALTH_ERR" and result["nodes"][1]["reachable"] is False
+    assert "lab-worker1 (198.18.0.11) unreachable: NoValidConnectionsError" in result["checks"][0]["message"]
+    assert "lab-worker1    worker  UNREACHABLE" in status.render(result)
+
+
+def test_memory_past_the_soft_watermark_warns_and_past_the_hard_errs(cluster):
+    probes = copy.deepcopy(PROBES)
+    guard = json.loads(probes["lab-master"]["guard"]["body"])
+    guard["memory"]["lab-worker1"]["percent"] = 87.5
+    probes["lab-master"]["guard"]["body"] = json.dumps(guard)
+    result = judged(cluster, probes)
+    assert result["health"] == "HEALTH_WARN"
+    assert result["checks"] == [{"severity": "WARN", "node": "lab-worker1", "what": "memory",
+                                 "message": "lab-worker1: memory 87.5 %, past the soft watermark 85.0 %"}]
+    guard["memory"]["lab-worker1"]["percent"] = 93.0
+    probes["lab-master"]["guard"]["body"] = json.dumps(guard)
+    assert judged(cluster, probes)["health"] == "HEALTH_ERR"
+
+
+def test_nodes_on_different_deployments_and_a_failed_verdict_warn(cluster):
+    probes = copy.deepcopy(PROBES)
+    probes["lab-worker1"]["record"]["runtime"]["release"] = "f966183dbaa4fc0a"
+    reports = copy.deepcopy(REPORTS)
+    reports["acceptance"].update(passed=False, failures=["single-stream decode: 36.2 tokens/s measured, 75 required"])
+    result = judged(cluster, probes, reports)
+    messages = [c["message"] for c in result["checks"]]
+    assert result["health"] == "HEALTH_WARN" and not result["deployment"]["runtime_agree"]
+    assert any(m.startswith("the nodes disagree on the runtime: lab-master ") and "lab-worker1 f966183dbaa4fc0a" in m
+               for m in messages), messages
+    assert "the last acceptance verdict (20261201T184318Z) failed: single-stream decode: 36.2 tokens/s measured, " \
+           "75 required" in messages
+
+
+def test_an_rdma_rail_serving_over_tcp_warns(cluster):
+    rails = cluster.node("lab-worker1").rails
+    saved = [r.rdma_device for r in rails]
+    try:
+        rails[0].rdma_device = "rocep1s0f0"
+        checks = judged(cluster)["checks"]
+    finally:
+        for rail, device in zip(rails, saved):
+            rail.rdma_device = device
+    assert checks == [{"severity": "WARN", "node": "lab-worker1", "what": "rail0",
+                       "message": "lab-worker1: rail0's RPC server serves over TCP although the rail has RDMA device "
+                                  "rocep1s0f0"}]
+
+
+def test_the_transport_comes_from_the_newest_connection_of_a_real_gb10_journal():
+    text = (REPO / "tests" / "fixtures" / "hardware" /
+            "rpc-server_gb10_rdma_autoneg_journal_probed_activated_thinkoffapp.txt").read_text()
+    assert status.transport(text, "rocep1s0f1") == "rdma"
+    assert status.transport(PROBES["lab-worker1"]["journals"]["twinrail-rpc@198.19.0.2.service"], "") == "tcp"
+    assert status.transport("", "") == "no connection yet"
+
+
+def test_logs_interleave_the_nodes_by_time_and_refuse_an_unknown_unit():
+    master = logs.entries("lab-master", "\n".join(json.dumps(e) for e in [
+        {"__REALTIME_TIMESTAMP": "1796146000000002", "_SYSTEMD_UNIT": "twinrail-llama.service", "MESSAGE": "b"},
+        {"__REALTIME_TIMESTAMP": "1796146000000004", "_SYSTEMD_UNIT": "twinrail-guard.service", "MESSAGE": [104, 105]}]))
+    worker = logs.entries("lab-worker1", json.dumps(
+        {"__REALTIME_TIMESTAMP": "1796146000000003", "_SYSTEMD_UNIT": "twinrail-rpc@198.19.0.2.service",
+         "MESSAGE": "c"}) + "\nnot json")
+    merged = logs.interleave({"lab-master": master, "lab-worker1": worker})
+    assert [(e["node"], e["message"]) for e in merged] == [("lab-master", "b"), ("lab-worker1", "c"),
+                                                           ("lab-master", "hi")]
+    assert logs.line(merged[1]) == "2026-12-01 17:26:40.000 lab-worker1 twinrail-rpc@198.19.0.2.service: c"
+    assert logs.unit_pattern("rpc") == ["twinrail-rpc@*"]
+    with pytest.raises(inventory.InventoryError, match="unknown unit 'rcp'; the service's units: agent, firewall, "):
+        logs.unit_pattern("rcp")
+
+
+def test_host_keys_are_checked_as_ansible_checks_them(cluster, tmp_path):
+    """Fabric's default is paramiko's AutoAddPolicy (any key accepted): every
+    connection twinrail makes refuses an unknown key instead, and knows the
+    keys of the inventory's known hosts file."""
+    import paramiko  # pylint: disable=import-outside-toplevel
+
+    nodes = copy.deepcopy(cluster.nodes)
+    for node in nodes:
+        node.known_hosts = str(REPO / "tests" / "fixtures" / "lab" / "known_hosts_lab")
+    conns = probe.connections(cluster, nodes)
+    for conn, node in zip(conns, nodes):
+        assert isinstance(conn.client._policy, paramiko.RejectPolicy)  # pylint: disable=protected-access
+        assert node.host in conn.client.get_host_keys() and conn.user == "twinrail"
+        assert [k.endswith("/.local/state/twinrail-lab/ssh/id_ed25519") for k in conn.connect_kwargs["key_filename"]] == [True]
+    nodes[0].known_hosts = str(tmp_path / "none")
+    conn = probe.connections(cluster, nodes[:1])[0]
+    assert len(conn.client.get_host_keys()) == 0 and isinstance(conn.client._policy, paramiko.RejectPolicy)  # noqa
+
+
+def test_the_probe_runs_as_root_only_where_the_inventory_becomes(cluster):
+    worker = copy.deepcopy(cluster.node("lab-worker1"))
+    assert "| sudo -n python3 - 8081 8080 443 /var/lib/twinrail/deployments" in probe.command(cluster, worker)
+    worker.become = False
+    assert "| python3 - 8081" in probe.command(cluster, worker)
