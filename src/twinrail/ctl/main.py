@@ -1,7 +1,8 @@
 """twinrail: the operator's command line.
 
   twinrail status [-i INV] [--json]         the cluster in one screen, a verdict and an exit code
-  twinrail logs [NODE] [UNIT] [-f] [--since S] [-n N]   the service's journals across nodes, by time
+  twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N]  the service's journals across nodes, by time
+  twinrail bench --key-file F [--streams N] [--duration S]  a short load through the proxy, its latency figures
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import bench as bench_mod
 from . import logs as logs_mod
 from . import probe, status as status_mod
 from .inventory import InventoryError, load
@@ -80,6 +82,21 @@ def cmd_logs(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_bench(args) -> int:
+    if args.streams < 1 or args.duration <= 0 or args.tokens < 1:
+        raise InventoryError(f"bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got "
+                             f"{args.streams}, {args.duration:g} and {args.tokens}")
+    cluster = load(args.inventory)
+    url = args.url or f"https://{cluster.master.host}:{cluster.settings['inference_service_proxy_port']}"
+    key = os.environ.get("TWINRAIL_API_KEY") or (Path(args.key_file).read_text().strip() if args.key_file else "")
+    if not key:
+        raise InventoryError("bench: an API key is needed: --key-file FILE or $TWINRAIL_API_KEY "
+                             "(one of inference_service_api_keys)")
+    result = bench_mod.run(url, key, args.model, args.streams, args.duration, args.tokens, verify=not args.insecure)
+    print(json.dumps(result, indent=2) if args.json else bench_mod.render(result))
+    return 1 if result["failures"] else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="twinrail", description="The operator's command line of a twinrail cluster.")
     parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY,
@@ -98,6 +115,16 @@ def main(argv=None) -> int:
     logs.add_argument("--since", help="journalctl --since (e.g. '-10min', '2026-12-01 10:00')")
     logs.add_argument("-n", "--lines", type=int, default=50, help="lines per node without --since (default 50)")
     logs.set_defaults(func=cmd_logs)
+    bench = sub.add_parser("bench", help="a short load through the proxy: latency and tokens/s, 1 then N streams")
+    bench.add_argument("--url", help="the proxy (default https://<the master's address>:<its proxy port>)")
+    bench.add_argument("--key-file", help="a file holding an API key (or $TWINRAIL_API_KEY)")
+    bench.add_argument("--model", help="the model name (default the first /v1/models lists)")
+    bench.add_argument("--streams", type=int, default=4, help="concurrent streams of the second level (default 4)")
+    bench.add_argument("--duration", type=float, default=20, help="seconds per level (default 20)")
+    bench.add_argument("--tokens", type=int, default=32, help="tokens per request (default 32)")
+    bench.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
+    bench.add_argument("--json", action="store_true", help="the figures as JSON, every request included")
+    bench.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     # paramiko logs a failed handshake with its traceback; twinrail says it once, per node
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)

@@ -2,7 +2,8 @@
 (the `twinrail` console script over the lab inventory, SSH with the lab's
 known hosts): HEALTH_OK on the converged lab, HEALTH_ERR naming the rail
 while rail1 is cut (then mended, the service back), the RPC servers'
-journal lines through `twinrail logs`, an unknown node refused."""
+journal lines through `twinrail logs`, figures from `twinrail bench`, an
+unknown node refused."""
 
 from __future__ import annotations
 
@@ -69,6 +70,24 @@ def test_logs_show_the_rpc_servers_lines_by_node(host):
     proc = twinrail("logs", "--since=-30min")
     nodes = {line.split()[2] for line in proc.stdout.splitlines()}
     assert nodes == {"lab-master", "lab-worker1"}, proc.stdout[-2000:]
+
+
+def test_bench_reports_figures_through_the_proxy(host):
+    """One stream, then two, for a few seconds each, with the lab's API key
+    through the proxy at the master's address (the openai SDK)."""
+    key = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
+    proc = twinrail("bench", "--key-file", str(key), "--streams", "2", "--duration", "4", "--tokens", "8",
+                    "--insecure", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert data["url"] == "https://198.18.0.10:443" and data["model"] == "smollm2-135m-instruct"
+    assert [row["concurrency"] for row in data["levels"]] == [1, 2] and data["failures"] == []
+    for row in data["levels"]:
+        assert row["requests"] >= 2 and row["errors"] == 0 and 0 < row["ttft_p50_s"] <= row["e2e_p50_s"], row
+        assert row["aggregate_tps"] > 0 and all(s["tokens"] == 8 for s in row["samples"]), row
+    proc = twinrail("bench", "--streams", "0")
+    assert proc.returncode == 2 and "bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got 0" \
+        in proc.stderr
 
 
 def test_an_unknown_node_or_unit_is_refused_naming_the_valid_ones(host):
