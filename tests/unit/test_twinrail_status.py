@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from conftest import REPO
 
-from twinrail.ctl import inventory, logs, probe, status
+from twinrail.ctl import drill, inventory, logs, probe, status
 
 PROBES = json.loads((REPO / "tests" / "fixtures" / "lab" / "twinrail_probes_converged_lab.json").read_text())
 SCHEMA = json.loads((REPO / "src" / "twinrail" / "ctl" / "status.schema.json").read_text())
@@ -181,3 +181,40 @@ def test_the_probe_runs_as_root_only_where_the_inventory_becomes(cluster):
     assert "| sudo -n python3 - 8081 8080 443 /var/lib/twinrail/deployments" in probe.command(cluster, worker)
     worker.become = False
     assert "| python3 - 8081" in probe.command(cluster, worker)
+
+
+def test_each_drill_applies_and_undoes_with_what_a_site_has(cluster):
+    guard = json.loads(PROBES["lab-master"]["guard"]["body"])
+    plans = {kind: drill.plan(cluster, kind, "rail1", None, guard) for kind in drill.KINDS}
+    assert plans["kill-worker"]["apply"] == ("systemctl kill -s KILL twinrail-rpc@198.19.0.2.service "
+                                             "twinrail-rpc@198.19.1.2.service") and plans["kill-worker"]["undo"] is None
+    assert plans["stop-worker"]["undo"] == ("systemctl start twinrail-rpc@198.19.0.2.service "
+                                            "twinrail-rpc@198.19.1.2.service twinrail-agent.service")
+    assert (plans["cut-rail"]["node"].name, plans["cut-rail"]["apply"], plans["cut-rail"]["undo"]) == (
+        "lab-master", "ip link set dev ens1f1np1 down", "ip link set dev ens1f1np1 up")
+    # the hog brings the master from what the guard reports to 2 points past the hard watermark
+    mem = guard["memory"]["lab-master"]
+    size = int(mem["total"] * 0.94) - int(mem["used"])
+    assert f"-p MemoryMax={size + (64 << 20)} python3 -c " in plans["memory-hog"]["apply"]
+    assert plans["memory-hog"]["apply"].endswith(f" {size} 60") and "RuntimeMaxSec=90" in plans["memory-hog"]["apply"]
+
+
+def test_a_drill_on_an_unknown_rail_or_on_the_master_is_refused(cluster):
+    with pytest.raises(inventory.InventoryError, match=r"drill cut-rail: unknown rail 'rail7'; the master's rails: "
+                                                       r"rail0, rail1"):
+        drill.plan(cluster, "cut-rail", "rail7", None, {})
+    with pytest.raises(inventory.InventoryError, match="drill: lab-master is the master; the workers: lab-worker1"):
+        drill.plan(cluster, "stop-worker", None, "lab-master", {})
+
+
+def test_the_command_line_refuses_a_drill_without_yes_and_bad_bench_figures(capsys):
+    from twinrail.ctl import main  # pylint: disable=import-outside-toplevel
+
+    assert main.main(["drill", "stop-worker"]) == 2
+    assert "drill stop-worker: it interrupts the service for every client; run it in a maintenance window with " \
+           "--yes" in capsys.readouterr().err
+    assert main.main(["drill", "cut-rail", "--yes"]) == 2
+    assert "drill cut-rail: name the rail (twinrail drill cut-rail rail1)" in capsys.readouterr().err
+    assert main.main(["bench", "--streams", "0"]) == 2
+    assert "bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got 0, 20 and 32" in \
+        capsys.readouterr().err

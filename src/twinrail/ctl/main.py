@@ -3,6 +3,7 @@
   twinrail status [-i INV] [--json]         the cluster in one screen, a verdict and an exit code
   twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N]  the service's journals across nodes, by time
   twinrail bench --key-file F [--streams N] [--duration S]  a short load through the proxy, its latency figures
+  twinrail drill {kill-worker,stop-worker,cut-rail RAIL,memory-hog} --yes --key-file F   a fault drill, measured
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 from pathlib import Path
 
 from . import bench as bench_mod
+from . import drill as drill_mod
 from . import logs as logs_mod
 from . import probe, status as status_mod
 from .inventory import InventoryError, load
@@ -88,12 +90,42 @@ def cmd_bench(args) -> int:
                              f"{args.streams}, {args.duration:g} and {args.tokens}")
     cluster = load(args.inventory)
     url = args.url or f"https://{cluster.master.host}:{cluster.settings['inference_service_proxy_port']}"
+    result = bench_mod.run(url, api_key(args), args.model, args.streams, args.duration, args.tokens, verify=not args.insecure)
+    print(json.dumps(result, indent=2) if args.json else bench_mod.render(result))
+    return 1 if result["failures"] else 0
+
+
+def api_key(args) -> str:
     key = os.environ.get("TWINRAIL_API_KEY") or (Path(args.key_file).read_text().strip() if args.key_file else "")
     if not key:
-        raise InventoryError("bench: an API key is needed: --key-file FILE or $TWINRAIL_API_KEY "
+        raise InventoryError(f"{args.command}: an API key is needed: --key-file FILE or $TWINRAIL_API_KEY "
                              "(one of inference_service_api_keys)")
-    result = bench_mod.run(url, key, args.model, args.streams, args.duration, args.tokens, verify=not args.insecure)
-    print(json.dumps(result, indent=2) if args.json else bench_mod.render(result))
+    return key
+
+
+def cmd_drill(args) -> int:
+    if args.kind == "cut-rail" and not args.rail:
+        raise InventoryError("drill cut-rail: name the rail (twinrail drill cut-rail rail1)")
+    if not args.yes:
+        raise InventoryError(f"drill {args.kind}: it interrupts the service for every client; run it in a "
+                             "maintenance window with --yes")
+    cluster = load(args.inventory)
+    before = status_mod.judge(cluster, probe.collect(cluster, timeout=args.timeout),
+                              status_mod.reports_of(Path(args.reports)))
+    errors = [c["message"] for c in before["checks"] if c["severity"] == "ERR"]
+    if errors:
+        raise InventoryError(f"drill {args.kind}: the cluster is not healthy to begin with ({before['health']}: "
+                             + "; ".join(errors) + ")")
+    master = next(n for n in before["nodes"] if n["role"] == "master")
+    guard = {"memory": {master["name"]: master["memory"]}} if master.get("memory") else {}
+    plan = drill_mod.plan(cluster, args.kind, args.rail, args.worker, guard)
+    plan["kind"] = args.kind
+    url = args.url or f"https://{cluster.master.host}:{cluster.settings['inference_service_proxy_port']}"
+    client = drill_mod.Client(url, api_key(args), verify=not args.insecure)
+    conn = probe.connections(cluster, [plan["node"]], args.timeout)[0]
+    result = drill_mod.run(cluster, conn, client, plan, sla=args.sla)
+    result["saved"] = str(drill_mod.save(result, Path(args.reports)))
+    print(json.dumps(result, indent=2) if args.json else drill_mod.render(result) + f"\n  saved in {result['saved']}")
     return 1 if result["failures"] else 0
 
 
@@ -125,6 +157,19 @@ def main(argv=None) -> int:
     bench.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
     bench.add_argument("--json", action="store_true", help="the figures as JSON, every request included")
     bench.set_defaults(func=cmd_bench)
+    drill = sub.add_parser("drill", help="a fault drill of the acceptance table on the cluster, measured (--yes)")
+    drill.add_argument("kind", choices=drill_mod.KINDS)
+    drill.add_argument("rail", nargs="?", help="cut-rail: the master's rail to set down (rail0, rail1, ...)")
+    drill.add_argument("--worker", help="kill-worker, stop-worker: the worker (default the first)")
+    drill.add_argument("--yes", action="store_true", help="it interrupts the service: say so")
+    drill.add_argument("--key-file", help="a file holding an API key (or $TWINRAIL_API_KEY)")
+    drill.add_argument("--url", help="the proxy (default https://<the master's address>:<its proxy port>)")
+    drill.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
+    drill.add_argument("--sla", type=float, default=10.0, help="seconds within which clients must get their 503 (10)")
+    drill.add_argument("--reports", default=str(status_mod.REPO / "reports"),
+                       help="where the result is saved (beside the acceptance reports)")
+    drill.add_argument("--json", action="store_true", help="the result as JSON")
+    drill.set_defaults(func=cmd_drill)
     args = parser.parse_args(argv)
     # paramiko logs a failed handshake with its traceback; twinrail says it once, per node
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)

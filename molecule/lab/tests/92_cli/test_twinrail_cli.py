@@ -2,8 +2,8 @@
 (the `twinrail` console script over the lab inventory, SSH with the lab's
 known hosts): HEALTH_OK on the converged lab, HEALTH_ERR naming the rail
 while rail1 is cut (then mended, the service back), the RPC servers'
-journal lines through `twinrail logs`, figures from `twinrail bench`, an
-unknown node refused."""
+journal lines through `twinrail logs`, figures from `twinrail bench`, the
+stop-worker drill measured by `twinrail drill`, an unknown node refused."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from lab_client import PROJECT, lab, wait_available
 testinfra_hosts = ["ansible://master"]
 
 SCHEMA = json.loads((PROJECT / "src" / "twinrail" / "ctl" / "status.schema.json").read_text())
+KEY = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
 
 
 def twinrail(*argv: str) -> subprocess.CompletedProcess:
@@ -75,8 +76,7 @@ def test_logs_show_the_rpc_servers_lines_by_node(host):
 def test_bench_reports_figures_through_the_proxy(host):
     """One stream, then two, for a few seconds each, with the lab's API key
     through the proxy at the master's address (the openai SDK)."""
-    key = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
-    proc = twinrail("bench", "--key-file", str(key), "--streams", "2", "--duration", "4", "--tokens", "8",
+    proc = twinrail("bench", "--key-file", str(KEY), "--streams", "2", "--duration", "4", "--tokens", "8",
                     "--insecure", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(proc.stdout)
@@ -88,6 +88,25 @@ def test_bench_reports_figures_through_the_proxy(host):
     proc = twinrail("bench", "--streams", "0")
     assert proc.returncode == 2 and "bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got 0" \
         in proc.stderr
+
+
+def test_drill_stop_worker_reports_the_503_and_the_way_back(host):
+    """The acceptance table's drill on the lab as on a site: the worker's RPC
+    servers and agent stopped with systemctl, a new request's 503 and the
+    stream in flight ended within 10 s, the units started again, the first
+    answer after; the result saved beside the acceptance reports."""
+    proc = twinrail("drill", "stop-worker")
+    assert proc.returncode == 2 and "run it in a maintenance window with --yes" in proc.stderr
+    proc = twinrail("drill", "stop-worker", "--yes", "--key-file", str(KEY), "--insecure", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["node"] == "lab-worker1" and result["failures"] == [], result
+    assert result["new_request_503_s"] < 10 and "lab-worker1" in result["reason"], result
+    assert result["in_flight_end_s"] < 10 and result["recovery_s"] is not None, result
+    assert json.loads(Path(result["saved"]).read_text())["drill"] == "stop-worker"
+    print(f"twinrail drill stop-worker: 503 after {result['new_request_503_s']} s, stream ended after "
+          f"{result['in_flight_end_s']} s, back {result['recovery_s']} s after the start")
+    wait_available(limit=120)
 
 
 def test_an_unknown_node_or_unit_is_refused_naming_the_valid_ones(host):
