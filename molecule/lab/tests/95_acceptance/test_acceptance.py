@@ -90,7 +90,7 @@ def test_the_latency_ramp_and_the_soak(report):
     assert soak["windows"] == 6 and soak["errors"] == 0 and soak["requests"] >= 12, soak
     # the lab's bound (inventory/lab: its shared cores make throughput noisy)
     assert soak["drift_pct"] >= -60 and set(soak["memory_growth_pct"]) == {"lab-master", "lab-worker1"}
-    assert all(g <= 2 for g in soak["memory_growth_pct"].values()), soak["memory_growth_pct"]
+    assert all(g <= 4 for g in soak["memory_growth_pct"].values()), soak["memory_growth_pct"]  # the lab's bound
     assert any(s["phase"] == "soak" for s in report["timeline"])
     markdown = (REPORTS / report["context"]["run"] / "acceptance.md").read_text()
     assert "## Latency by concurrency" in markdown and "| 8 | 8 | 0 | " in markdown
