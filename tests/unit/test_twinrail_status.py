@@ -218,3 +218,60 @@ def test_the_command_line_refuses_a_drill_without_yes_and_bad_bench_figures(caps
     assert main.main(["bench", "--streams", "0"]) == 2
     assert "bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got 0, 20 and 32" in \
         capsys.readouterr().err
+
+
+class Clock:
+    """The drill's client and node as a site's would behave, on a clock the
+    test moves: requests answered until the fault, refused with the guard's
+    503 `refuse_after` s after it, answered again `back_after` s after the
+    undo; the stream in flight ends `stream_ends_after` s after the fault."""
+
+    def __init__(self, refuse_after, stream_ends_after, back_after):
+        self.faulted = self.undone = None
+        self.refuse_after, self.stream_ends_after, self.back_after = refuse_after, stream_ends_after, back_after
+        self.commands = []
+
+    # the node (a Fabric connection's run)
+    def run(self, command, **_kwargs):
+        self.commands.append(command)
+        now = __import__("time").monotonic()
+        if self.faulted is None:
+            self.faulted = now
+        else:
+            self.undone = now
+        return type("Result", (), {"exited": 0, "stderr": ""})()
+
+    # the client
+    def ask(self):
+        now = __import__("time").monotonic()
+        if self.undone is not None:
+            return (200, "") if now - self.undone >= self.back_after else (503, "worker unavailable: lab-worker1")
+        if self.faulted is not None and now - self.faulted >= self.refuse_after:
+            return 503, "worker unavailable: lab-worker1 rail 198.19.0.2: its agent has not answered for 3.0 s"
+        return 200, ""
+
+    def stream(self, outcome, started):
+        clock = __import__("time")
+        started.set()
+        while self.faulted is None or clock.monotonic() - self.faulted < self.stream_ends_after:
+            clock.sleep(0.01)
+        outcome.update(error="APIError: worker unavailable", ended=clock.monotonic())
+
+
+@pytest.mark.parametrize(("refuse", "ends", "sla", "failed"), [(0.3, 0.2, 10.0, []), (0.8, 0.2, 0.5, ["no 503"])])
+def test_the_drill_times_the_503_the_stream_and_the_way_back(cluster, refuse, ends, sla, failed):
+    plan = drill.plan(cluster, "stop-worker", None, None, {})
+    plan["kind"] = "stop-worker"
+    fake = Clock(refuse_after=refuse, stream_ends_after=ends, back_after=0.4)
+    result = drill.run(cluster, fake, fake, plan, sla=sla, limit=5)
+    assert fake.commands == ["sudo -n sh -c 'systemctl stop twinrail-rpc@198.19.0.2.service "
+                             "twinrail-rpc@198.19.1.2.service twinrail-agent.service'",
+                             "sudo -n sh -c 'systemctl start twinrail-rpc@198.19.0.2.service "
+                             "twinrail-rpc@198.19.1.2.service twinrail-agent.service'"]
+    assert result["new_request_503_s"] == pytest.approx(refuse, abs=0.3)
+    assert result["reason"].startswith("worker unavailable: lab-worker1")
+    assert result["in_flight_end_s"] == pytest.approx(ends, abs=0.15)
+    assert result["recovery_s"] == pytest.approx(0.4, abs=0.6)
+    assert [f.split(": ", 1)[1].split(" for")[0] for f in result["failures"]] == failed
+    if failed:
+        assert result["failures"][0].startswith(f"drill stop-worker: no 503 for a new request within {sla:g} s (")
