@@ -217,9 +217,10 @@ def render(status: dict) -> str:
     lines.append("service")
     state = ("available" if svc["available"] else "unknown: the master's guard was not read"
              if svc["available"] is None else f"UNAVAILABLE: {svc['reason']}")
-    lines.append(f"  {state}; slots "
-                 f"{svc['slots_busy']}/{svc['slots']} busy, {svc['queued']} queued (cap {svc['queue_max']}); proxy "
-                 f"HTTP {svc['proxy_http']}; decode {'n/a' if svc['decode_tps'] is None else round(svc['decode_tps'], 1)} tokens/s (llama-server's average)")
+    decode = "n/a" if svc["decode_tps"] is None else round(svc["decode_tps"], 1)
+    lines.append(f"  {state}; slots {svc['slots_busy']}/{svc['slots']} busy, {svc['queued']} queued "
+                 f"(cap {svc['queue_max']}); proxy HTTP {svc['proxy_http']}; decode {decode} tokens/s "
+                 "(llama-server's average)")
     dep = status["deployment"]
     lines.append("deployment")
     for name, node in dep["nodes"].items():
