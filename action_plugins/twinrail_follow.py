@@ -13,24 +13,28 @@ the job cannot be read or outlives `timeout`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import time
+from pathlib import Path
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
 
-SPEC = {
-    "jid": {"type": "str", "required": True},
-    "label": {"type": "str", "required": True},
-    "progress": {"type": "str"},
-    "progress_format": {"type": "str", "choices": ["text", "json"], "default": "text"},
-    "interval": {"type": "int", "default": 10},
-    "poll": {"type": "float", "default": 2.0},
-    "timeout": {"type": "int", "default": 0},
-}
+
+def _module_spec() -> dict:
+    """The options as library/twinrail_follow.py states them (its documentation and its spec live there)."""
+    path = Path(__file__).resolve().parents[1] / "library" / "twinrail_follow.py"
+    spec = importlib.util.spec_from_file_location("_twinrail_follow_doc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ARGUMENT_SPEC
+
+
+SPEC = _module_spec()
 
 
 def last_line(text: str, form: str) -> str:

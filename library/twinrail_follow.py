@@ -107,19 +107,20 @@ shown:
 
 from ansible.module_utils.basic import AnsibleModule
 
+# the one statement of the options: the action plugin validates with it too
+ARGUMENT_SPEC = {
+    "jid": {"type": "str", "required": True},
+    "label": {"type": "str", "required": True},
+    "progress": {"type": "str"},
+    "progress_format": {"type": "str", "choices": ["text", "json"], "default": "text"},
+    "interval": {"type": "int", "default": 10},
+    "poll": {"type": "float", "default": 2.0},
+    "timeout": {"type": "int", "default": 0},
+}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "jid": {"type": "str", "required": True},
-            "label": {"type": "str", "required": True},
-            "progress": {"type": "str"},
-            "progress_format": {"type": "str", "choices": ["text", "json"], "default": "text"},
-            "interval": {"type": "int", "default": 10},
-            "poll": {"type": "float", "default": 2.0},
-            "timeout": {"type": "int", "default": 0},
-        },
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC)
     module.fail_json(msg="twinrail_follow runs as an action plugin on the controller "
                          "(action_plugins/twinrail_follow.py); is action_plugins set in ansible.cfg?")
 
