@@ -23,7 +23,11 @@ help:
 prereqs:
 	@bash tools/prereqs.sh
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/bin/promtool
+# promtool and amtool from Debian's packages (the ones the monitoring stage
+# installs on the nodes), for the rules' tests and the metrics checks
+$(VENV)/bin/promtool: tools/prometheus_tools.sh | $(VENV)/.installed
+	bash tools/prometheus_tools.sh $(VENV)/bin
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

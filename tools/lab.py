@@ -518,6 +518,36 @@ def wait_booted(topo: Topology, node: Node) -> None:
                    f"see `docker exec {name} journalctl -b`")
 
 
+WEBHOOK_PORT = 9099
+WEBHOOK_LOG = "/var/lib/twinrail-lab/alerts.jsonl"
+WEBHOOK_UNIT = f"""[Unit]
+Description=twinrail lab: the alert receiver (webhook on loopback, {WEBHOOK_LOG})
+After=network.target
+
+[Service]
+ExecStart=/usr/bin/python3 /usr/local/lib/twinrail-lab/lab_webhook.py 127.0.0.1 {WEBHOOK_PORT} {WEBHOOK_LOG}
+StateDirectory=twinrail-lab
+Restart=always
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def install_webhook(topo: Topology) -> None:
+    """The lab's alert receiver on the master (the webhook a site points
+    Alertmanager at): tools/lab_webhook.py as a unit, on loopback."""
+    master = next(n for n in topo.nodes if n.role == "master")
+    name = container_name(topo, master.name)
+    run(["docker", "exec", name, "mkdir", "-p", "/usr/local/lib/twinrail-lab"])
+    run(["docker", "cp", str(REPO / "tools" / "lab_webhook.py"), f"{name}:/usr/local/lib/twinrail-lab/lab_webhook.py"])
+    run(["docker", "exec", "-i", name, "tee", "/etc/systemd/system/twinrail-lab-webhook.service"],
+        input_bytes=WEBHOOK_UNIT.encode())
+    run(["docker", "exec", name, "systemctl", "daemon-reload"])
+    run(["docker", "exec", name, "systemctl", "enable", "--now", "twinrail-lab-webhook.service"])
+    run(["docker", "exec", name, "systemctl", "restart", "twinrail-lab-webhook.service"])
+
+
 def ensure_net_sysctls_writable(topo: Topology, node: Node) -> None:
     """Let a node write its own network namespace's sysctls, and nothing else.
 
@@ -692,6 +722,7 @@ def cmd_up(topo: Topology) -> None:
         power_on(topo, node)
     for node in topo.nodes:
         wait_booted(topo, node)
+    install_webhook(topo)
     write_known_hosts(topo)
     cmd_status(topo)
 

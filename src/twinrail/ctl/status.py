@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from twinrail.guard.transport import parse_log
 
 from .inventory import Cluster
 
 SCHEMA = 1
 CODES = {"HEALTH_OK": 0, "HEALTH_WARN": 1, "HEALTH_ERR": 2}
-# the project's checkout: module_utils holds the RPC log parser the service gate uses
+# the project's checkout (its reports/, its module_utils/)
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _parse_rpc_log(text: str) -> dict:
-    sys.path.insert(0, str(REPO / "module_utils"))
-    try:
-        from rpc_transport import parse_log  # pylint: disable=import-outside-toplevel,import-error
-    finally:
-        sys.path.pop(0)
     return parse_log(text)
 
 

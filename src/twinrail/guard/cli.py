@@ -11,6 +11,7 @@ from twinrail.guard import __doc__ as GUARD_DOC
 from twinrail.guard.agent import run_agent
 from twinrail.guard.memory import node_memory
 from twinrail.guard.proxy import run_proxy
+from twinrail.guard.textfile import run_transport
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,11 +37,16 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--keys", required=True, help="the API keys' digests (JSON); '' for none")
     proxy.add_argument("--queue-max", type=int, required=True,
                        help="requests waiting for a slot at most, past it 429; -1 for no cap")
+    transport = sub.add_parser("transport", help="on a worker: write each RPC server's transport for node_exporter")
+    transport.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
+    transport.add_argument("--out", required=True, help="the .prom file in node_exporter's textfile directory")
     sub.add_parser("memory", help="print the node's memory as JSON")
     args = parser.parse_args(argv)
     if args.command == "agent":
         run_agent(args)
     elif args.command == "proxy":
         run_proxy(args)
+    elif args.command == "transport":
+        run_transport(args)
     else:
         print(json.dumps(node_memory()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import os
 import queue
 import signal
 import socket
@@ -16,8 +17,9 @@ import threading
 import time
 import urllib.request
 
-from twinrail.guard import access
+from twinrail.guard import access, metrics
 from twinrail.guard.memory import node_memory
+from twinrail.guard.procs import find_processes
 from twinrail.guard.web import _JSONHandler, error_body, log
 
 
@@ -47,6 +49,7 @@ class Guard:
         self.active = 0
         self.last_kill = 0.0
         self.events: list[dict] = []
+        self.refusals: dict[str, int] = {}  # by metrics.REFUSAL_REASONS
 
     # ---- state
     def event(self, kind: str, detail: str) -> None:
@@ -100,7 +103,34 @@ class Guard:
                                 for h, a in self.workers],
                     "memory": self.memory, "memory_level": level, "memory_detail": detail,
                     "active": self.active, "waiting": self.waiting, "queue_max": self.queue_max,
-                    "slots": self.limit(), "events": self.events[-20:]}
+                    "slots": self.limit(), "soft": self.soft, "hard": self.hard,
+                    "events": self.events[-20:]}
+
+    def count_refusal(self, status: int, reason: str) -> None:
+        kind = metrics.refusal_reason(status, reason)
+        if kind:
+            with self.lock:
+                self.refusals[kind] = self.refusals.get(kind, 0) + 1
+
+    def slots_now(self) -> list[dict] | None:
+        """llama-server's /slots, None when it does not answer in time."""
+        conn = http.client.HTTPConnection(*self.upstream, timeout=2)
+        try:
+            conn.request("GET", "/slots")
+            response = conn.getresponse()
+            data = response.read()
+            return json.loads(data) if response.status == 200 else None
+        except (OSError, ValueError):
+            return None
+        finally:
+            conn.close()
+
+    def metrics_text(self) -> str:
+        status = self.status()
+        with self.lock:
+            refusals = dict(self.refusals)
+        slots = self.slots_now()
+        return metrics.render(status, refusals, metrics.kv_cache(slots if isinstance(slots, list) else None))
 
     def limit(self) -> int:
         # past the soft watermark, one generation at a time
@@ -257,6 +287,7 @@ def make_proxy_handler(guard: Guard):
             self.proxy()
 
         def refuse(self, reason: str, status: int = 503) -> None:
+            guard.count_refusal(status, reason)
             if status == 429:
                 self.send_json(429, error_body(reason, 429, "rate_limit_exceeded"), {"Retry-After": "2"})
             else:
@@ -291,6 +322,14 @@ def make_proxy_handler(guard: Guard):
                 return
             if self.path == "/twinrail/status":
                 self.send_json(200, guard.status())
+                return
+            if self.path == "/twinrail/metrics":
+                data = guard.metrics_text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
                 return
             generation = self.command == "POST"
             if generation:

@@ -1,0 +1,294 @@
+"""The monitoring stage's own parts, checked by the tools Prometheus ships
+(promtool from Debian's package, `make venv` puts it in .venv/bin) and
+prometheus_client's parser: the alert rules (`promtool check rules` and
+`promtool test rules` with the lab's and a site's settings), the textfile
+metrics written from real captures (the bandwidth stage's report, the lab's
+and a GB10 box's RPC server journals), llama-server's real /slots answers
+as KV-cache figures, and the stage's gate on Prometheus's real API answers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import FIXTURES, REPO
+
+import monitoring_gate
+from twinrail.guard import metrics, textfile
+
+_spec = importlib.util.spec_from_file_location("monitoring_filters", REPO / "filter_plugins" / "monitoring.py")
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+
+ROLE = REPO / "roles" / "monitoring"
+MON = FIXTURES / "monitoring"
+HARDWARE = FIXTURES / "hardware"
+PROMTOOL = shutil.which("promtool")
+
+
+def promtool(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    assert PROMTOOL, "promtool is not on PATH: make venv puts it in .venv/bin (tools/prometheus_tools.sh)"
+    return subprocess.run([PROMTOOL, *args], input=stdin, capture_output=True, text=True, check=False)
+
+
+def samples(text: str) -> dict:
+    """{(name, sorted labels): value} as prometheus_client reads the exposition."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+# ---------------------------------------------------------------- rules
+
+def render_rules(tmp_path: Path, **settings) -> Path:
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values.update(settings, ansible_managed="rendered by the unit tests")
+    env = jinja2.Environment(variable_start_string="[[", variable_end_string="]]", undefined=jinja2.StrictUndefined)
+    text = env.from_string((ROLE / "templates" / "twinrail-rules.yml.j2").read_text()).render(values)
+    path = tmp_path / "twinrail.yml"
+    path.write_text(text)
+    return path
+
+
+LAB = {"monitoring_alert_for": "10s", "monitoring_alert_queue_for": "30s", "monitoring_alert_queue_depth": 2}
+
+
+def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_path):
+    for settings in ({}, LAB):
+        result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "SUCCESS: 15 rules found" in result.stdout, result.stdout
+
+
+def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
+    path = render_rules(tmp_path)
+    path.write_text(path.read_text().replace("twinrail_guard_worker_up == 0", "twinrail_guard_worker_up =="))
+    result = promtool("check", "rules", str(path))
+    assert result.returncode != 0 and "parse error" in (result.stdout + result.stderr)
+
+
+WORKER = 'instance="127.0.0.1:8081", job="guard", node="lab-master"'
+NODE1 = 'instance="198.18.0.11:9100", job="node", node="lab-worker1"'
+
+
+def rule_test(tmp_path: Path, rules: Path, series: list[dict], alerts: list[dict], exprs: list[dict] | None = None,
+              interval: str = "5s") -> subprocess.CompletedProcess:
+    test = {"rule_files": [str(rules)], "evaluation_interval": interval,
+            "tests": [{"interval": interval, "input_series": series, "alert_rule_test": alerts,
+                       "promql_expr_test": exprs or []}]}
+    path = tmp_path / "test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    return promtool("test", "rules", str(path))
+
+
+def test_a_lost_worker_fires_after_alert_for_and_not_before(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    up = f'twinrail_guard_worker_up{{{WORKER}, host="lab-worker1", address="198.19.0.2"}}'
+    firing = [{"exp_labels": {"severity": "critical", "host": "lab-worker1", "address": "198.19.0.2",
+                              "instance": "127.0.0.1:8081", "job": "guard", "node": "lab-master"},
+               "exp_annotations": {
+                   "summary": "lab-worker1 rail 198.19.0.2 is lost: the service refuses requests",
+                   "description": "The guard sees lab-worker1's RPC server on 198.19.0.2 not up (stopped, gone, or its "
+                                  "agent silent); llama-server cannot run without it. twinrail status names the unit."}}]
+    result = rule_test(tmp_path, rules, [{"series": up, "values": "1 1 0 0 0 0 0"}],
+                       [{"eval_time": "15s", "alertname": "TwinrailWorkerLost", "exp_alerts": []},
+                        {"eval_time": "20s", "alertname": "TwinrailWorkerLost", "exp_alerts": firing}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the test itself can fail: the same alert expected 5 s too early is refused
+    early = rule_test(tmp_path, rules, [{"series": up, "values": "1 1 0 0 0 0 0"}],
+                      [{"eval_time": "15s", "alertname": "TwinrailWorkerLost", "exp_alerts": firing}])
+    assert early.returncode != 0
+
+
+def test_a_rail_down_names_the_rail_and_a_healthy_rail_does_not_fire(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    info = 'twinrail_rail_info{%s, rail="%s", device="%s", address="%s", rdma_device=""}'
+    series = [{"series": info % (NODE1, "rail0", "ens1f0np0", "198.19.0.2"), "values": "1x10"},
+              {"series": info % (NODE1, "rail1", "ens1f1np1", "198.19.1.2"), "values": "1x10"},
+              {"series": f'node_network_up{{{NODE1}, device="ens1f0np0"}}', "values": "1 1 0x8"},
+              {"series": f'node_network_up{{{NODE1}, device="ens1f1np1"}}', "values": "1x10"},
+              {"series": f'node_network_up{{{NODE1}, device="eth0"}}', "values": "0x10"}]
+    result = rule_test(tmp_path, rules, series, [{"eval_time": "30s", "alertname": "TwinrailRailDown", "exp_alerts": [
+        {"exp_labels": {"severity": "critical", "node": "lab-worker1", "device": "ens1f0np0", "rail": "rail0"},
+         "exp_annotations": {"summary": "lab-worker1 rail0 (ens1f0np0) is down",
+                             "description": "The rail's link is not up on lab-worker1: a cable, a port or the peer."}}]}])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_memory_above_the_soft_watermark_fires_soft_only(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    series = [{"series": f'twinrail_node_memory_used_ratio{{{WORKER}, host="lab-worker1"}}', "values": "0.5 0.9x8"},
+              {"series": f'twinrail_guard_memory_watermark_ratio{{{WORKER}, level="soft"}}', "values": "0.85x9"},
+              {"series": f'twinrail_guard_memory_watermark_ratio{{{WORKER}, level="hard"}}', "values": "0.92x9"}]
+    labels = {"severity": "warning", "host": "lab-worker1", "instance": "127.0.0.1:8081", "job": "guard",
+              "node": "lab-master"}
+    result = rule_test(tmp_path, rules, series, [
+        {"eval_time": "30s", "alertname": "TwinrailMemoryAboveSoftWatermark", "exp_alerts": [{"exp_labels": labels,
+         "exp_annotations": {
+             "summary": "lab-worker1 uses 90% of its memory, above the soft watermark",
+             "description": "The guard refuses new requests and runs one generation at a time until memory falls."}}]},
+        {"eval_time": "30s", "alertname": "TwinrailMemoryAboveHardWatermark", "exp_alerts": []}])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+TCP_DESCRIPTION = ("The newest connection to the RPC server did not activate RDMA (the build falls back to TCP "
+                   "silently): decode is several times slower. Check the rail's RDMA device and GID.")
+
+
+def test_tcp_is_an_alert_only_on_a_rail_that_has_an_rdma_device(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    worker = 'instance="10.20.0.12:9100", job="node", node="spark-b"'
+    series = [
+        {"series": f'twinrail_rail_info{{{worker}, rail="rail0", device="enp1s0f0np0", address="192.168.100.2", '
+                   f'rdma_device="rocep1s0f0"}}', "values": "1x10"},
+        {"series": f'twinrail_rail_info{{{worker}, rail="rail1", device="enp1s0f1np1", address="192.168.101.2", '
+                   f'rdma_device=""}}', "values": "1x10"},
+        {"series": f'twinrail_rpc_transport{{{worker}, address="192.168.100.2", transport="tcp"}}', "values": "1x10"},
+        {"series": f'twinrail_rpc_transport{{{worker}, address="192.168.101.2", transport="tcp"}}', "values": "1x10"}]
+    result = rule_test(tmp_path, rules, series, [{"eval_time": "30s", "alertname": "TwinrailTransportFellBackToTCP",
+                                                  "exp_alerts": [{"exp_labels": {
+                                                      "severity": "critical", "address": "192.168.100.2",
+                                                      "transport": "tcp", "instance": "10.20.0.12:9100",
+                                                      "job": "node", "node": "spark-b"},
+                                                      "exp_annotations": {
+                                                          "summary": "spark-b RPC server on 192.168.100.2 runs over "
+                                                                     "TCP where RDMA is expected",
+                                                          "description": TCP_DESCRIPTION}}]}])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_deep_queue_fires_after_its_own_duration_and_a_scrape_failure_too(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    series = [{"series": f"twinrail_guard_requests_waiting{{{WORKER}}}", "values": "0 3x12"},
+              {"series": f"up{{{NODE1}}}", "values": "1 0x12"}]
+    result = rule_test(tmp_path, rules, series, [
+        {"eval_time": "25s", "alertname": "TwinrailQueueDeep", "exp_alerts": []},
+        {"eval_time": "40s", "alertname": "TwinrailQueueDeep",
+         "exp_alerts": [{"exp_labels": {"severity": "warning", "instance": "127.0.0.1:8081", "job": "guard",
+                                        "node": "lab-master"},
+                         "exp_annotations": {"summary": "3 requests wait for a slot",
+                                             "description": "More requests queue than the cluster serves; clients see "
+                                                            "long first-token times or 429s."}}]},
+        {"eval_time": "20s", "alertname": "TwinrailTargetDown",
+         "exp_alerts": [{"exp_labels": {"severity": "critical", "instance": "198.18.0.11:9100", "job": "node",
+                                        "node": "lab-worker1"},
+                         "exp_annotations": {"summary": "node on lab-worker1 is not scraped",
+                                             "description": "Prometheus cannot scrape 198.18.0.11:9100 (node); its "
+                                                            "metrics and alerts are blind."}}]}])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rail_traffic_comes_from_the_rdma_port_counters_where_the_rail_has_an_rdma_device(tmp_path):
+    """RDMA traffic bypasses the netdev's counters: a RoCE rail's netdev
+    bytes stay flat while its port counters move."""
+    rules = render_rules(tmp_path)
+    master = 'instance="10.20.0.11:9100", job="node", node="spark-a"'
+    series = [
+        {"series": f'twinrail_rail_info{{{master}, rail="rail0", device="enp1s0f0np0", address="192.168.100.1", '
+                   f'rdma_device="rocep1s0f0"}}', "values": "1x20"},
+        {"series": f'twinrail_rail_rdma_info{{{master}, rail="rail0", device="rocep1s0f0"}}', "values": "1x20"},
+        {"series": f'twinrail_rail_info{{{master}, rail="rail1", device="enp1s0f1np1", address="192.168.101.1", '
+                   f'rdma_device=""}}', "values": "1x20"},
+        # 15 s apart: 12.5 GB/s = 100 Gb/s on the RDMA port, netdev flat
+        {"series": f'node_infiniband_port_data_received_bytes_total{{{master}, device="rocep1s0f0", port="1"}}',
+         "values": "0+187500000000x20"},
+        {"series": f'node_network_receive_bytes_total{{{master}, device="enp1s0f0np0"}}', "values": "0x20"},
+        # a TCP rail: 1.25 GB/s = 10 Gb/s on the netdev
+        {"series": f'node_network_receive_bytes_total{{{master}, device="enp1s0f1np1"}}',
+         "values": "0+18750000000x20"}]
+    exprs = [{"expr": "twinrail:rail_receive_bits:rate1m", "eval_time": "3m", "exp_samples": [
+        {"labels": 'twinrail:rail_receive_bits:rate1m{node="spark-a", rail="rail0"}', "value": 1e11},
+        {"labels": 'twinrail:rail_receive_bits:rate1m{node="spark-a", rail="rail1"}', "value": 1e10}]}]
+    result = rule_test(tmp_path, rules, series, [], exprs, interval="15s")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------- textfiles
+
+def test_the_rails_textfile_joins_netdevs_and_rdma_devices_to_rails(tmp_path):
+    rails_textfile = filters.rails_textfile
+    rails = yaml.safe_load((REPO / "inventory" / "example" / "host_vars" / "spark-a.yml").read_text())["twinrail_rails"]
+    text = rails_textfile(list(reversed(rails)), 200, 9000)
+    assert promtool("check", "metrics", stdin=text).returncode == 0
+    got = samples(text)
+    first, second = sorted(rails, key=lambda r: r["name"])
+    key = ("twinrail_rail_info", tuple(sorted({"rail": first["name"], "device": first["interface"],
+                                               "address": first["address"].split("/")[0],
+                                               "rdma_device": first["rdma_device"]}.items())))
+    assert got[key] == 1.0
+    assert got[("twinrail_rail_rdma_info", (("device", second["rdma_device"]), ("rail", second["name"])))] == 1.0
+    assert got[("twinrail_rail_expected_rate_gbps", (("device", first["interface"]), ("rail", first["name"])))] == 200
+    # the order of the inventory's list does not change the file (a re-run writes nothing)
+    assert rails_textfile(rails, 200, 9000) == text
+
+
+def test_the_bandwidth_textfile_from_the_stages_real_report():
+    bandwidth_textfile = filters.bandwidth_textfile
+    report = json.loads((MON / "bandwidth_lab.json").read_text())
+    text = bandwidth_textfile(report)
+    assert promtool("check", "metrics", stdin=text).returncode == 0
+    got = samples(text)
+    rail0 = (("client", "lab-master"), ("rail", "rail0"), ("server", "lab-worker1"))
+    assert got[("twinrail_bandwidth_gate_gbps", rail0)] == pytest.approx(13.64739587809745)
+    assert got[("twinrail_bandwidth_gate_required_gbps", rail0)] == 5.0
+    assert got[("twinrail_bandwidth_gate_passed", rail0)] == 1.0
+    both = (("client", "lab-master"), ("rail", "rail0+rail1"), ("server", "lab-worker1"))
+    assert got[("twinrail_bandwidth_gate_gbps", both)] == pytest.approx(23.276931969880863)
+    assert got[("twinrail_bandwidth_gate_timestamp_seconds", ())] == 1796140568.0  # 2026-12-01T15:56:08Z
+    assert "twinrail_bandwidth_gate_gbps{" not in bandwidth_textfile(None)
+
+
+def test_the_transport_textfile_from_real_rpc_server_journals():
+    rdma = (HARDWARE / "rpc-server_gb10_rdma_autoneg_journal_probed_activated_thinkoffapp.txt").read_text()
+    tcp = (MON / "journal_rpc_lab_worker1_rail0.txt").read_text()
+    start = (HARDWARE / "rpc-server_rtx5090_tcp_v3_startup_llama_cpp_readme.txt").read_text()
+    text = textfile.render({"192.168.100.2": rdma, "198.19.0.2": tcp, "127.0.0.1": start}, 1796160000.0)
+    assert promtool("check", "metrics", stdin=text).returncode == 0
+    got = samples(text)
+    transport = {labels[0][1]: dict(labels)["transport"] for (name, labels), value in got.items()
+                 if name == "twinrail_rpc_transport" and value == 1}
+    assert transport == {"192.168.100.2": "rdma", "198.19.0.2": "tcp", "127.0.0.1": "none"}
+    assert got[("twinrail_rpc_connections", (("address", "198.19.0.2"),))] == 18
+    assert got[("twinrail_rpc_rdma_connections", (("address", "198.19.0.2"),))] == 0
+    assert got[("twinrail_rpc_rdma_connections", (("address", "192.168.100.2"),))] >= 1
+
+
+def test_kv_cache_from_llama_servers_real_slots():
+    generating = metrics.kv_cache(json.loads((MON / "slots_generating.json").read_text()))
+    # slot 1: 80 prompt tokens + 64 decoded; slots 2 and 3 keep 1 and 45; slot 0 never used
+    assert [s["tokens"] for s in generating["slots"]] == [0, 144, 1, 45]
+    assert generating["tokens"] == 190 and generating["capacity"] == 4 * 8192
+    after = metrics.kv_cache(json.loads((MON / "slots_after.json").read_text()))
+    assert [s["tokens"] for s in after["slots"]] == [0, 315, 1, 45] and not any(s["processing"] for s in after["slots"])
+    assert metrics.kv_cache(None) is None
+
+
+# ---------------------------------------------------------------- the gate
+
+def test_the_gate_on_prometheus_real_answers():
+    targets = json.loads((MON / "api_v1_targets_lab.json").read_text())
+    rules = json.loads((MON / "api_v1_rules_lab.json").read_text())
+    jobs = {"prometheus": 1, "alertmanager": 1, "guard": 1, "llama": 1, "node": 2}
+    found, problems = monitoring_gate.judge(targets, rules, jobs, ["twinrail-rails", "twinrail-alerts"])
+    assert problems == [] and [t["job"] for t in found].count("node") == 2
+    assert [t["node"] for t in found if t["job"] == "node"] == ["lab-master", "lab-worker1"]
+    # a node_exporter down, a third node expected, a group missing: each named
+    down = json.loads(json.dumps(targets))
+    node = next(t for t in down["data"]["activeTargets"] if t["labels"]["job"] == "node"
+                and t["labels"]["node"] == "lab-worker1")
+    node.update(health="down", lastError="context deadline exceeded")
+    _, problems = monitoring_gate.judge(down, rules, dict(jobs, node=3), ["twinrail-rails", "twinrail-nothing"])
+    assert problems == [
+        "job node: 2 targets, expected 3",
+        f"job node: lab-worker1 {node['labels']['instance']} is down: context deadline exceeded",
+        "rule group twinrail-nothing is not loaded (loaded: twinrail-alerts, twinrail-rails)"]
