@@ -413,3 +413,75 @@ def test_past_the_queue_cap_a_request_gets_429_with_retry_after(cluster):
         assert queued["status"] == 200 and queued["body"] == {"content": "ok"}
     finally:
         FakeLlama.delay = 0.1
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def get_text(port: int, path: str) -> tuple[int, str, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    return response.status, response.getheader("Content-Type"), body
+
+
+def exposition(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_the_guards_metrics_follow_a_stopped_worker_and_count_the_refusals(cluster, monkeypatch):
+    import shutil
+    import subprocess
+
+    from conftest import FIXTURES
+
+    guard, port, _ = cluster
+    slots = json.loads((FIXTURES / "monitoring" / "slots_generating.json").read_text())
+    monkeypatch.setattr(guard, "slots_now", lambda: slots)  # llama-server's real /slots, mid-generation
+    status, kind, text = get_text(port, "/twinrail/metrics")
+    assert status == 200 and kind.startswith("text/plain; version=0.0.4")
+    check = subprocess.run([shutil.which("promtool"), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    got = exposition(text)
+    rail = (("address", "127.0.0.1"), ("host", "worker1"))
+    assert got[("twinrail_guard_worker_up", rail)] == 1
+    assert got[("twinrail_guard_worker_state", rail + (("state", "up"),))] == 1
+    assert got[("twinrail_kv_cache_tokens", ())] == 190 and got[("twinrail_kv_cache_capacity_tokens", ())] == 32768
+    assert got[("twinrail_guard_memory_watermark_ratio", (("level", "soft"),))] == 0.85
+    # the worker's RPC server is stopped: a new request is refused, and the metrics say which state and why
+    FakeAgent.problem = "ggml-rpc-server (pid 42) is stopped"
+    deadline = time.monotonic() + 5
+    while guard.refusal() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    conn, response = post(port, {"stream": False})
+    assert response.status == 503
+    conn.close()
+    got = exposition(get_text(port, "/twinrail/metrics")[2])
+    assert got[("twinrail_guard_worker_up", rail)] == 0 and got[("twinrail_guard_available", ())] == 0
+    assert got[("twinrail_guard_worker_state", rail + (("state", "stopped"),))] == 1
+    assert got[("twinrail_guard_worker_state", rail + (("state", "up"),))] == 0
+    assert got[("twinrail_guard_refusals_total", (("reason", "worker_lost"),))] == 1
+    assert got[("twinrail_guard_refusals_total", (("reason", "memory_soft"),))] == 0
+
+
+def test_a_hung_llama_server_is_really_killed(cluster, monkeypatch):
+    """kill_llama itself (the other tests replace it): the process it finds gets SIGKILL."""
+    import subprocess
+
+    guard, _, _ = cluster
+    monkeypatch.undo()  # the fixture's stand-in kill_llama and node_memory
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        monkeypatch.setattr(guard_proxy, "find_processes",
+                            lambda name: [{"pid": child.pid, "argv": ["llama-server"], "state": "S"}])
+        guard.kill_llama()
+        assert child.wait(timeout=5) == -9
+        assert guard.events[-1]["event"] == "restart" and f"pid {child.pid}" in guard.events[-1]["detail"]
+    finally:
+        if child.poll() is None:
+            child.kill()

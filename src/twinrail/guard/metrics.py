@@ -94,13 +94,13 @@ class Exposition:
         self.lines: list[str] = []
 
     def family(self, name: str, kind: str, help_text: str, samples) -> None:
+        # a counter's samples and its HELP/TYPE lines carry _total (what promtool's lint asks)
+        name = f"{name}_total" if kind == "counter" else name
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} {kind}")
-        suffix = "_total" if kind == "counter" else ""
         for labels, value in samples:
             label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{suffix}{{{label_text}}} {_number(value)}" if label_text
-                              else f"{name}{suffix} {_number(value)}")
+            self.lines.append(f"{name}{{{label_text}}} {_number(value)}" if label_text else f"{name} {_number(value)}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
