@@ -14,7 +14,8 @@ import threading
 import time
 
 import pytest
-from lab_client import MASTER, WORKER, chat, lab, node, post, record, wait_available
+from lab_client import MASTER, WORKER, chat, guard_sees, guard_status, hog, lab, node, post, record, unhog, \
+    wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -104,63 +105,6 @@ def test_failover_drill(host, failure):
     record(failure, {"new_request_503_s": round(new_503, 2), "in_flight_end_s": round(in_flight, 2),
                      "recovery_s": round(recovery, 2), "outage_s": round(outage, 2), "broken_for_s": round(mended_at - failed_at, 2),
                      "guard_restarts_in_log": restarts})
-
-
-def memory() -> dict:
-    return json.loads(node(MASTER, "python3", "/opt/twinrail/guard/current/twinrail-guard.pyz", "memory").stdout)
-
-
-def hog(pct: float, name: str) -> None:
-    """Processes on the master holding memory up to pct of the node (units of
-    their own, name-1, name-2, ...). The kernel reclaims page cache as the
-    first one grows, so it may stop short of pct: then another tops it up
-    from what the node uses now, a few times at most."""
-    for part in range(1, 6):
-        mem = memory()
-        if mem["percent"] >= pct - 1:
-            return
-        size = int(mem["total"] * pct / 100 - mem["used"])
-        node(MASTER, "systemd-run", "--unit", f"{name}-{part}", "--collect", "python3", "-c",
-             f"import time; b = b'x' * {size}; time.sleep(600)")
-        deadline, last = time.monotonic() + 30, mem["percent"]
-        while time.monotonic() < deadline:  # until it reaches pct or stops growing
-            time.sleep(1)
-            held = memory()["percent"]
-            if held >= pct - 1 or held <= last:
-                break
-            last = held
-    held = memory()
-    assert held["percent"] >= pct - 1, f"the hogs brought the master to {held}, not {pct}%"
-
-
-def unhog() -> None:
-    """Stop every hog, then wait (without failing) for the guard to see the
-    node's memory back below its watermarks: the next test must not meet them."""
-    node(MASTER, "systemctl", "stop", "twinrail-hog-*", check=False)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if guard_status()["memory_level"] == "ok":
-                return
-        except (ValueError, KeyError):
-            pass
-        time.sleep(1)
-
-
-def guard_sees(level: str, limit: float = 30) -> dict:
-    """Wait until the guard's own memory poll puts the cluster at level
-    (a request sent before that is queued behind the busy slots, not refused)."""
-    deadline = time.monotonic() + limit
-    while (status := guard_status())["memory_level"] != level and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert status["memory_level"] == level, (f"the guard did not see memory at {level!r} within {limit} s: "
-                                             f"{status['memory_detail']!r} {status['memory']}")
-    return status
-
-
-def guard_status() -> dict:
-    return json.loads(node(MASTER, "python3", "-c", "import urllib.request as u; "
-                           "print(u.urlopen('http://127.0.0.1:8081/twinrail/status', timeout=5).read().decode())").stdout)
 
 
 def test_memory_watermarks_drill(host):

@@ -1,0 +1,216 @@
+"""The monitoring stage on the converged lab: every target up in
+Prometheus, the retention in effect, data behind each of the dashboard's
+six panels (Prometheus's own API, through the proxy), node_exporter
+reachable from the master only, the dashboard drawn in headless Chromium,
+401 without an account; then drills (a stopped worker RPC server, a cut
+rail, a memory hog past the soft watermark), each raising its alert at the
+lab's webhook receiver within a measured time, and clearing after the mend."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from lab_client import MASTER, PASSWORD, PROJECT, WORKER, chat, hog, lab, node, record, unhog, wait_available
+
+testinfra_hosts = ["ansible://master"]
+
+BASE = "https://127.0.0.1:8443"
+WEBHOOK_LOG = "/var/lib/twinrail-lab/alerts.jsonl"
+# what a drill may take from the fault to the alert at the receiver: the
+# guard's poll (1 s, 3 s grace) or a scrape (5 s), the rules' evaluation
+# (5 s), the lab's 10 s `for`, Alertmanager's 2 s group_wait; doubled for a
+# slow machine
+ALERT_BOUND_S = 60
+SHOTS = Path(os.environ.get("TWINRAIL_SHOTS", "/tmp"))
+
+
+def api(path: str, auth: bool = True, **params) -> dict:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the lab's self-signed certificate
+    url = f"{BASE}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    request = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(f"operator:{PASSWORD}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def query(expr: str) -> list[dict]:
+    return api("/monitoring/api/v1/query", query=expr)["data"]["result"]
+
+
+def test_every_target_is_up_and_the_retention_is_the_inventorys(host):
+    targets = api("/monitoring/api/v1/targets", state="active")["data"]["activeTargets"]
+    seen = sorted((t["labels"]["job"], t["labels"]["node"], t["health"]) for t in targets)
+    assert seen == [("alertmanager", "lab-master", "up"), ("guard", "lab-master", "up"), ("llama", "lab-master", "up"),
+                    ("node", "lab-master", "up"), ("node", "lab-worker1", "up"), ("prometheus", "lab-master", "up")]
+    flags = api("/monitoring/api/v1/status/flags")["data"]
+    assert flags["storage.tsdb.retention.time"] == "30d" and flags["storage.tsdb.retention.size"] == "1GiB"
+    assert flags["web.listen-address"] == "127.0.0.1:9090"
+    groups = {g["name"]: len(g["rules"]) for g in api("/monitoring/api/v1/rules")["data"]["groups"]}
+    assert groups == {"twinrail-rails": 3, "twinrail-alerts": 12}
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel, PromQL) as the dashboard's own script has them."""
+    text = (PROJECT / "roles" / "monitoring" / "files" / "dashboard" / "dashboard.js").read_text()
+    panels = re.findall(r'\{id: "(\w+)", title:.*?queries: \[(.*?)\]\}', text, re.S)
+    out = [(pid, json.loads(f'"{q}"')) for pid, body in panels for q in re.findall(r'q: "((?:[^"\\]|\\.)*)"', body)]
+    assert len({pid for pid, _ in out}) == 6, out
+    return out
+
+
+def test_each_of_the_six_panels_has_data(host):
+    for _ in range(3):  # some tokens, so the rates have something to show
+        assert chat(tokens=16)[0] == 200
+    time.sleep(12)  # two scrapes after them
+    empty = []
+    end = time.time()
+    for panel, expr in panel_queries():
+        data = api("/monitoring/api/v1/query_range", query=expr, start=end - 600, end=end, step=15)["data"]["result"]
+        points = sum(len(series["values"]) for series in data)
+        print(f"panel {panel}: {expr}: {len(data)} series, {points} points")
+        if not points:
+            empty.append(f"{panel}: {expr}")
+    assert not empty, f"panels without data: {empty}"
+    rails = {(r["metric"]["node"], r["metric"]["rail"]): float(r["value"][1])
+             for r in query("twinrail:rail_transmit_bits:rate1m")}
+    assert set(rails) == {(n, r) for n in ("lab-master", "lab-worker1") for r in ("rail0", "rail1")}
+    assert max(rails.values()) > 0, rails  # the RPC traffic of those chats crossed the rails
+
+
+def reaches(container: str | None, address: str, port: int) -> bool:
+    """Whether a TCP connection from the container (None: the controller) to
+    address:port opens within 3 s."""
+    if container is None:
+        try:
+            with socket.create_connection((address, port), timeout=3):
+                return True
+        except OSError:
+            return False
+    probe = (f"import socket\ntry:\n    socket.create_connection(('{address}', {port}), timeout=3).close(); print('open')\n"
+             f"except OSError as e:\n    print('closed', e)")
+    return node(container, "python3", "-c", probe).stdout.startswith("open")
+
+
+def test_node_exporter_answers_the_master_only(host):
+    assert reaches(MASTER, "198.18.0.11", 9100) and reaches(MASTER, "198.18.0.10", 9100)
+    assert not reaches(None, "198.18.0.11", 9100), "the controller reaches the worker's node_exporter"
+    assert not reaches(None, "198.18.0.10", 9100), "the controller reaches the master's node_exporter"
+    assert not reaches(WORKER, "198.18.0.10", 9100), "a worker reaches the master's node_exporter"
+    # Prometheus and Alertmanager: the master's loopback only
+    for port in (9090, 9093):
+        assert not reaches(None, "198.18.0.10", port) and not reaches(WORKER, "198.18.0.10", port)
+
+
+def test_without_an_account_every_monitoring_page_is_401(host):
+    for path in ("/dashboard/", "/dashboard/api/v1/query?query=up", "/monitoring/api/v1/targets", "/monitoring/graph"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            api(path, auth=False)
+        assert refused.value.code == 401, path
+
+
+def test_the_dashboard_draws_its_panels_in_chromium(host):
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-proxy-server"])
+        try:
+            context = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1200},
+                                          http_credentials={"username": "operator", "password": PASSWORD})
+            page = context.new_page()
+            page.goto(f"{BASE}/chat/")
+            page.click("a[href='/dashboard/']")
+            page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+            panels = page.eval_on_selector_all(
+                ".panel", "els => els.map(e => [e.id, e.dataset.state, Number(e.dataset.points || 0)])")
+            workers = page.inner_text("#workers")
+            page.screenshot(path=str(SHOTS / "twinrail-dashboard.png"), full_page=True)
+            # a wider window asks Prometheus again
+            page.click("button[data-window='21600']")
+            page.wait_for_function("document.getElementById('status').textContent.includes('21600')", timeout=60_000)
+        finally:
+            browser.close()
+    print(f"dashboard: {panels}; workers: {workers!r}; screenshot {SHOTS / 'twinrail-dashboard.png'}")
+    assert len(panels) == 6
+    assert all(state == "drawn" and points > 0 for _, state, points in panels), panels
+    assert "lab-worker1 198.19.0.2: up" in workers and "lab-worker1 198.19.1.2: up" in workers
+
+
+# ---------------------------------------------------------------- alert drills
+
+def notices(since: float) -> list[dict]:
+    """The alerts the lab's webhook receiver got after `since` (Unix time):
+    (received, status, alertname, labels), oldest first."""
+    text = node(MASTER, "cat", WEBHOOK_LOG, check=False).stdout
+    out = []
+    for line in text.splitlines():
+        entry = json.loads(line)
+        if entry["received"] < since:
+            continue
+        for alert in entry["payload"]["alerts"]:
+            out.append({"received": entry["received"], "status": alert["status"],
+                        "alertname": alert["labels"]["alertname"], "labels": alert["labels"]})
+    return out
+
+
+def wait_notice(alertname: str, status: str, since: float, limit: float, **labels) -> float:
+    """Seconds from `since` to the receiver's first notice of the alert in
+    that status (with those labels); an error past limit."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        for notice in notices(since):
+            if (notice["alertname"] == alertname and notice["status"] == status
+                    and all(notice["labels"].get(k) == v for k, v in labels.items())):
+                return notice["received"] - since
+        time.sleep(1)
+    got = sorted({(n["alertname"], n["status"]) for n in notices(since)})
+    raise AssertionError(f"no {status} {alertname} {labels} at the webhook within {limit} s; it got {got}")
+
+
+def drill(name: str, alertname: str, fault, mend, **labels) -> None:
+    wait_available()
+    started = time.time()
+    fault()
+    try:
+        raised = wait_notice(alertname, "firing", started, ALERT_BOUND_S, **labels)
+    finally:
+        mended = time.time()
+        mend()
+    cleared = wait_notice(alertname, "resolved", mended, ALERT_BOUND_S, **labels)
+    back = wait_available()
+    print(f"{name}: {alertname} at the webhook {raised:.1f} s after the fault, resolved {cleared:.1f} s after the "
+          f"mend; the service answered {back:.1f} s after that")
+    record(f"alert {name}", {"alert": alertname, "raised_s": round(raised, 1), "resolved_s": round(cleared, 1)})
+
+
+def test_a_stopped_worker_rpc_server_raises_worker_lost(host):
+    unit = "twinrail-rpc@198.19.0.2.service"
+    drill("stopped RPC server", "TwinrailWorkerLost",
+          lambda: node(WORKER, "systemctl", "stop", unit), lambda: node(WORKER, "systemctl", "start", unit),
+          host="lab-worker1", address="198.19.0.2")
+
+
+def test_a_cut_rail_raises_rail_down(host):
+    drill("cut rail1", "TwinrailRailDown", lambda: lab("cut", "rail1"), lambda: lab("mend", "rail1"),
+          node="lab-worker1", rail="rail1")
+
+
+def test_memory_past_the_soft_watermark_raises_its_alert(host):
+    drill("memory hog", "TwinrailMemoryAboveSoftWatermark", lambda: hog(87, "twinrail-hog-alert"), unhog,
+          host="lab-master")
