@@ -292,3 +292,76 @@ def test_the_gate_on_prometheus_real_answers():
         "job node: 2 targets, expected 3",
         f"job node: lab-worker1 {node['labels']['instance']} is down: context deadline exceeded",
         "rule group twinrail-nothing is not loaded (loaded: twinrail-alerts, twinrail-rails)"]
+
+
+# ---------------------------------------------------------------- configurations
+
+def render_configs(tmp_path: Path, expect_failure: bool = False, **extra):
+    """Prometheus's and Alertmanager's configurations as the stage renders
+    them for the lab's master (a local play over inventory/lab with the
+    role's defaults and vars), into tmp_path."""
+    import os
+    import sys
+
+    role = "roles/monitoring"
+
+    # the role's own settings check first: it also gives the play the role's
+    # defaults at their own precedence (below the inventory's), as in a run
+    check = {"name": "Check the settings", "ansible.builtin.import_role": {"name": "monitoring", "tasks_from": "settings"}}
+    book = [{"hosts": "lab-master", "connection": "local", "gather_facts": False,
+             "tasks": [check] + [{"name": f"Render {name}", "ansible.builtin.template": {
+                 "src": str(REPO / role / "templates" / f"{name}.j2"), "dest": str(tmp_path / name)}}
+                 for name in ("prometheus.yml", "alertmanager.yml", "prometheus.default",
+                              "prometheus-node-exporter.default")]}]
+    (tmp_path / "play.yml").write_text(json.dumps(book))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    argv = ["ansible-playbook", "-i", str(REPO / "inventory" / "lab"), "-e",
+            f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra), str(tmp_path / "play.yml")]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    if expect_failure:
+        assert proc.returncode != 0 and not (tmp_path / "prometheus.yml").exists(), proc.stdout[-2000:]
+        return proc
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return tmp_path
+
+
+def test_the_rendered_configurations_pass_promtool_and_amtool(tmp_path):
+    out = render_configs(tmp_path)
+    amtool = shutil.which("amtool")
+    result = promtool("check", "config", "--syntax-only", str(out / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    nodes = next(job for job in config["scrape_configs"] if job["job_name"] == "node")["static_configs"]
+    assert nodes == [{"targets": ["198.18.0.10:9100"], "labels": {"node": "lab-master", "role": "master"}},
+                     {"targets": ["198.18.0.11:9100"], "labels": {"node": "lab-worker1", "role": "worker"}}]
+    assert config["global"]["scrape_interval"] == "5s"
+    check = subprocess.run([amtool, "check-config", str(out / "alertmanager.yml")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    receiver = yaml.safe_load((out / "alertmanager.yml").read_text())["receivers"][0]
+    assert receiver["webhook_configs"] == [{"url": "http://127.0.0.1:9099/alerts", "send_resolved": True}]
+    args = (out / "prometheus.default").read_text()
+    assert "--storage.tsdb.retention.time=30d --storage.tsdb.retention.size=1GB" in args
+    assert "--web.listen-address=127.0.0.1:9090" in args
+    exporter = (out / "prometheus-node-exporter.default").read_text()
+    assert "--web.listen-address=198.18.0.10:9100" in exporter and "--collector.infiniband" not in exporter
+
+
+def test_mail_receivers_render_valid_and_rdma_rails_turn_the_infiniband_collector_on(tmp_path):
+    rails = [{"name": "rail0", "interface": "enp1s0f0np0", "rdma_device": "rocep1s0f0", "address": "198.19.0.1/24"},
+             {"name": "rail1", "interface": "enp1s0f1np1", "rdma_device": "rocep1s0f1", "address": "198.19.1.1/24"}]
+    out = render_configs(tmp_path, monitoring_alert_email_to="ops@example.org",
+                         monitoring_alert_email_from="twinrail@example.org",
+                         monitoring_alert_smarthost="mail.example.org:587", twinrail_rails=rails)
+    check = subprocess.run([shutil.which("amtool"), "check-config", str(out / "alertmanager.yml")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    config = yaml.safe_load((out / "alertmanager.yml").read_text())
+    assert config["global"]["smtp_smarthost"] == "mail.example.org:587"
+    assert config["receivers"][0]["email_configs"] == [{"to": "ops@example.org", "send_resolved": True}]
+    assert "--collector.infiniband" in (out / "prometheus-node-exporter.default").read_text()
+
+
+def test_a_retention_in_words_is_refused_naming_the_variable_and_the_host(tmp_path):
+    proc = render_configs(tmp_path, expect_failure=True, monitoring_retention_time="30 days")
+    assert "monitoring: lab-master: expected monitoring_retention_time as a Prometheus duration (30d), got " \
+           '"30 days"' in proc.stdout, proc.stdout[-2000:]
