@@ -170,7 +170,9 @@ def test_tcp_is_an_alert_only_on_a_rail_that_has_an_rdma_device(tmp_path):
 def test_a_deep_queue_fires_after_its_own_duration_and_a_scrape_failure_too(tmp_path):
     rules = render_rules(tmp_path, **LAB)
     series = [{"series": f"twinrail_guard_requests_waiting{{{WORKER}}}", "values": "0 3x12"},
-              {"series": f"up{{{NODE1}}}", "values": "1 0x12"}]
+              {"series": f"up{{{NODE1}}}", "values": "1 0x12"},
+              # a target of Debian's default configuration, seen before the stage's own: no node label
+              {"series": 'up{instance="localhost:9100", job="node"}', "values": "0x12"}]
     result = rule_test(tmp_path, rules, series, [
         {"eval_time": "25s", "alertname": "TwinrailQueueDeep", "exp_alerts": []},
         {"eval_time": "40s", "alertname": "TwinrailQueueDeep",
