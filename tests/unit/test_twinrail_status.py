@@ -62,9 +62,40 @@ def test_the_converged_lab_is_health_ok(cluster):
     assert result["service"]["proxy_http"] == 401  # nginx answers, and wants credentials
     dep = result["deployment"]
     assert dep["runtime_agree"] and dep["config_version_agree"] and dep["weights_agree"]
+    assert [u["unit"] for u in master["units"] if u.get("monitoring")] == [
+        "prometheus-node-exporter.service", "prometheus.service", "prometheus-alertmanager.service"]
+    assert result["service"]["tokens_per_s_1m"] == 0.0 and result["service"]["alerts"] == []
     screen = status.render(result)
     assert screen.splitlines()[0] == "HEALTH_OK"
     assert "rail1  ens1f1np1    UP     MTU 9000" in screen and "every node agrees" in screen
+    assert "0.0 tokens/s over the last minute (Prometheus)" in screen and "alerts firing: none" in screen
+
+
+def test_an_alert_firing_in_prometheus_is_in_the_verdict():
+    """The capture of a real firing alert (critical: an error)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    out = subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab"), "--list"], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    probes = json.loads((REPO / "tests" / "fixtures" / "lab" / "twinrail_probes_alert_firing_lab.json").read_text())
+    result = judged(inventory.parse(json.loads(out)), probes)
+    assert result["health"] == "HEALTH_ERR"
+    assert result["checks"] == [{"severity": "ERR", "node": None, "what": "alert",
+                                 "message": "alert TwinrailTargetDown: node on  is not scraped"}]
+    assert result["service"]["alerts"][0]["since"] == "2026-12-01T22:30:05.436669118Z"
+    assert "alerts firing: TwinrailTargetDown (critical): node on  is not scraped" in status.render(result)
+
+
+def test_without_prometheus_the_rate_is_llama_servers_average_and_a_stopped_exporter_warns(cluster):
+    probes = copy.deepcopy(PROBES)
+    del probes["lab-master"]["prometheus"]
+    probes["lab-worker1"]["units"]["prometheus-node-exporter.service"]["ActiveState"] = "inactive"
+    result = judged(cluster, probes)
+    assert result["health"] == "HEALTH_WARN"
+    assert result["checks"] == [{"severity": "WARN", "node": "lab-worker1", "what": "prometheus-node-exporter.service",
+                                 "message": "lab-worker1: prometheus-node-exporter.service (monitoring) is inactive"}]
+    assert result["service"]["tokens_per_s_1m"] is None and result["service"]["alerts"] is None
+    screen = status.render(result)
+    assert "tokens/s (llama-server's average; no Prometheus answered)" in screen and "alerts firing" not in screen
 
 
 def test_a_cut_rail_is_health_err_naming_the_rail(cluster):

@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 DEFAULTS = {"inference_service_guard_port": 8081, "inference_service_listen_port": 8080,
             "inference_service_proxy_port": 443, "inference_service_rpc_port": 50052,
             "twinrail_memory_soft_watermark_pct": 85, "twinrail_memory_hard_watermark_pct": 92,
-            "twinrail_rail_mtu": 9000, "system_backup_record_dir": "/var/lib/twinrail/deployments"}
+            "twinrail_rail_mtu": 9000, "system_backup_record_dir": "/var/lib/twinrail/deployments",
+            "monitoring_prometheus_port": 9090}
+# the monitoring stage's units: their failure blinds the operators, it does not stop the service
+MONITORING_UNITS = {"master": ["prometheus-node-exporter.service", "prometheus.service",
+                               "prometheus-alertmanager.service"],
+                    "worker": ["prometheus-node-exporter.service", "twinrail-transport.timer"]}
 
 
 class InventoryError(ValueError):
@@ -42,6 +47,10 @@ class Node:
     known_hosts: str = "~/.ssh/known_hosts"
     become: bool = False
     rails: list[Rail] = field(default_factory=list)
+
+    def monitoring_units(self) -> list[str]:
+        """The monitoring stage's units on this node."""
+        return list(MONITORING_UNITS[self.role])
 
     def units(self, rpc_port: int) -> list[str]:
         """The units this node runs for the service, in startup order."""

@@ -4,7 +4,8 @@ python3, as root when the inventory says become) on every node of a
 fabric.ThreadingGroup. It prints one JSON object: the service's units, the
 links and addresses, the rail speeds, each RPC server's journal since it
 started, the deployment record and, where they listen, the guard's status,
-llama-server's metrics and the proxy's answer."""
+llama-server's metrics, the proxy's answer and Prometheus's (the tokens
+generated over the last minute, the alerts firing)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .inventory import Cluster, Node
 PROBE = r'''
 import json, os, ssl, subprocess, sys, time, urllib.error, urllib.request
 guard_port, llama_port, proxy_port, record_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+prometheus_port = int(sys.argv[5])
 
 def run(*argv):
     try:
@@ -35,7 +37,8 @@ def get(url, limit=200000):
         return {"status": None, "error": str(e)}
 
 out = {"hostname": os.uname().nodename, "time": time.time(), "units": {}, "journals": {}}
-listed = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "twinrail-*", "nginx.service")
+listed = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "twinrail-*", "nginx.service",
+             "prometheus*")
 names = sorted({line.split()[0] for line in listed.splitlines() if line.strip()})
 for name in names:
     show = run("systemctl", "show", "-p", "ActiveState,SubState,ActiveEnterTimestamp,NRestarts,InvocationID", name)
@@ -60,6 +63,11 @@ except (OSError, ValueError):
 out["guard"] = get("http://127.0.0.1:%d/twinrail/status" % guard_port)
 out["llama_metrics"] = get("http://127.0.0.1:%d/metrics" % llama_port)
 out["proxy"] = get("https://127.0.0.1:%d/health" % proxy_port, 2000)
+if os.path.exists("/usr/bin/prometheus"):  # the monitoring stage's Prometheus, on its loopback
+    api = "http://127.0.0.1:%d/monitoring/api/v1/" % prometheus_port
+    out["prometheus"] = {"tokens": get(api + "query?query=" + urllib.request.quote(
+                             "sum(rate(llamacpp:tokens_predicted_total[1m]))")),
+                         "alerts": get(api + "alerts")}
 print(json.dumps(out))
 '''
 
@@ -69,7 +77,8 @@ def command(cluster: Cluster, node: Node) -> str:
     payload = base64.b64encode(PROBE.encode()).decode()
     s = cluster.settings
     args = " ".join(shlex.quote(str(a)) for a in (s["inference_service_guard_port"], s["inference_service_listen_port"],
-                                                   s["inference_service_proxy_port"], s["system_backup_record_dir"]))
+                                                   s["inference_service_proxy_port"], s["system_backup_record_dir"],
+                                                   s["monitoring_prometheus_port"]))
     sudo = "sudo -n " if node.become else ""
     return f"echo {payload} | base64 -d | {sudo}python3 - {args}"
 

@@ -66,6 +66,26 @@ def reports_of(directory: Path) -> dict:
     return out
 
 
+def last_minute(prometheus: dict) -> tuple[float | None, list[dict] | None]:
+    """(tokens generated per second over the last minute, the alerts
+    firing) from the master's Prometheus answers; None where it did not
+    answer."""
+    tokens = alerts = None
+    try:
+        result = json.loads(prometheus["tokens"]["body"])["data"]["result"]
+        tokens = float(result[0]["value"][1]) if result else 0.0
+    except (KeyError, ValueError, TypeError, IndexError):
+        pass
+    try:
+        found = json.loads(prometheus["alerts"]["body"])["data"]["alerts"]
+        alerts = sorted(({"name": a["labels"].get("alertname"), "severity": a["labels"].get("severity", ""),
+                          "summary": (a.get("annotations") or {}).get("summary", ""), "since": a.get("activeAt")}
+                         for a in found if a.get("state") == "firing"), key=lambda a: (a["name"], a["summary"]))
+    except (KeyError, ValueError, TypeError):
+        pass
+    return tokens, alerts
+
+
 def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = None) -> dict:
     """The status document: nodes (units, rails, memory), the service, the
     deployment, the reports, and the checks that set the verdict."""
@@ -102,6 +122,14 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
                                    "restarts": int(shown.get("NRestarts") or 0)})
             if state != "active":
                 check("ERR", node.name, unit, f"{node.name}: {unit} is {state}")
+        for unit in node.monitoring_units():
+            shown = probe["units"].get(unit, {})
+            state = shown.get("ActiveState", "not installed")
+            entry["units"].append({"unit": unit, "active": state, "sub": shown.get("SubState"),
+                                   "since": shown.get("ActiveEnterTimestamp") or None,
+                                   "restarts": int(shown.get("NRestarts") or 0), "monitoring": True})
+            if state != "active":
+                check("WARN", node.name, unit, f"{node.name}: {unit} (monitoring) is {state}")
         links = {link["ifname"]: link for link in probe.get("links", [])}
         addresses = {a["ifname"]: [i["local"] for i in a.get("addr_info", [])] for a in probe.get("addresses", [])}
         for rail in node.rails:
@@ -142,7 +170,14 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
                "proxy_http": proxy.get("status"),
                "decode_tps": _metric(metrics, "llamacpp:predicted_tokens_seconds"),
                "requests_processing": _metric(metrics, "llamacpp:requests_processing"),
-               "requests_deferred": _metric(metrics, "llamacpp:requests_deferred")}
+               "requests_deferred": _metric(metrics, "llamacpp:requests_deferred"),
+               "tokens_per_s_1m": None, "alerts": None}
+    prometheus = master_probe.get("prometheus")
+    if prometheus:
+        service["tokens_per_s_1m"], service["alerts"] = last_minute(prometheus)
+        for alert in service["alerts"] or []:
+            check("ERR" if alert["severity"] == "critical" else "WARN", None, "alert",
+                  f"alert {alert['name']}: {alert['summary']}")
     if master_probe and "unreachable" not in master_probe:
         if not guard:
             check("ERR", cluster.master.name, "service", f"{cluster.master.name}: the guard does not answer "
@@ -189,7 +224,8 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
 def render(status: dict) -> str:
     """The one screen: the verdict and why first, then nodes, rails,
     service, deployment and reports."""
-    lines = [status["health"] + (": " + "; ".join(c["message"] for c in status["checks"]) if status["checks"] else "")]
+    ordered = sorted(status["checks"], key=lambda c: c["severity"] != "ERR")  # errors first, each in its order
+    lines = [status["health"] + (": " + "; ".join(c["message"] for c in ordered) if ordered else "")]
     lines.append(f"  as of {status['time']}")
     lines.append("nodes")
     for node in status["nodes"]:
@@ -213,10 +249,17 @@ def render(status: dict) -> str:
     lines.append("service")
     state = ("available" if svc["available"] else "unknown: the master's guard was not read"
              if svc["available"] is None else f"UNAVAILABLE: {svc['reason']}")
-    decode = "n/a" if svc["decode_tps"] is None else round(svc["decode_tps"], 1)
+    if svc.get("tokens_per_s_1m") is not None:
+        rate = f"{svc['tokens_per_s_1m']:.1f} tokens/s over the last minute (Prometheus)"
+    else:
+        rate = ("decode " + ("n/a" if svc["decode_tps"] is None else str(round(svc["decode_tps"], 1)))
+                + " tokens/s (llama-server's average; no Prometheus answered)")
     lines.append(f"  {state}; slots {svc['slots_busy']}/{svc['slots']} busy, {svc['queued']} queued "
-                 f"(cap {svc['queue_max']}); proxy HTTP {svc['proxy_http']}; decode {decode} tokens/s "
-                 "(llama-server's average)")
+                 f"(cap {svc['queue_max']}); proxy HTTP {svc['proxy_http']}; {rate}")
+    if svc.get("alerts") is not None:
+        lines.append("  alerts firing: " + ("none" if not svc["alerts"] else
+                                           "; ".join(f"{a['name']} ({a['severity']}): {a['summary']}"
+                                                     for a in svc["alerts"])))
     dep = status["deployment"]
     lines.append("deployment")
     for name, node in dep["nodes"].items():
