@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from lab_client import MASTER, WORKER, chat, guard_sees, guard_status, hog, lab, node, post, record, unhog, \
+from lab_client import MASTER, WORKER, chat, guard_sees, guard_status, hog, lab, memory, node, post, record, unhog, \
     wait_available
 
 testinfra_hosts = ["ansible://master"]

@@ -76,7 +76,7 @@ def test_the_failover_drill_met_the_seeds_ten_seconds(report):
 def test_the_latency_ramp_and_the_soak(report):
     """Seeds 000/002/004: first-token and end-to-end latency at p50/p95/p99
     for 1, 2, 4 and 8 concurrent requests (the lab's 4 slots: at 8 half of
-    them queue), every request answered; a minute's soak without an error,
+    them queue), every request answered; a 30 s soak without an error,
     throughput steady and memory flat."""
     rows = report["latency"]
     assert [r["concurrency"] for r in rows] == [1, 2, 4, 8]
@@ -87,14 +87,14 @@ def test_the_latency_ramp_and_the_soak(report):
     # past the 4 slots a request waits for one: its first token comes later
     assert rows[3]["ttft_p95_s"] > rows[0]["ttft_p95_s"]
     soak = report["soak"]
-    assert soak["windows"] == 6 and soak["errors"] == 0 and soak["requests"] >= 12, soak
+    assert soak["windows"] == 3 and soak["errors"] == 0 and soak["requests"] >= 6, soak
     # the lab's bound (inventory/lab: its shared cores make throughput noisy)
     assert soak["drift_pct"] >= -60 and set(soak["memory_growth_pct"]) == {"lab-master", "lab-worker1"}
     assert all(g <= 4 for g in soak["memory_growth_pct"].values()), soak["memory_growth_pct"]  # the lab's bound
     assert any(s["phase"] == "soak" for s in report["timeline"])
     markdown = (REPORTS / report["context"]["run"] / "acceptance.md").read_text()
     assert "## Latency by concurrency" in markdown and "| 8 | 8 | 0 | " in markdown
-    assert "## Soak (60 s, 2 streams, 10 s windows)" in markdown
+    assert "## Soak (30 s, 2 streams, 10 s windows)" in markdown
     print("acceptance ramp: " + "; ".join(f"x{r['concurrency']} first token p50 {r['ttft_p50_s']} s p95 "
                                           f"{r['ttft_p95_s']} s, {r['aggregate_tps']} tokens/s" for r in rows)
           + f"; soak {soak['requests']} requests, {soak['first_third_tps']} -> {soak['last_third_tps']} tokens/s")
