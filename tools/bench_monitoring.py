@@ -62,10 +62,11 @@ def main() -> None:
     chunk_samples = prom("prometheus_tsdb_compaction_chunk_samples_sum")
     if chunk_samples > 0:  # after a compaction (the head is cut into a block every 2 h)
         bytes_per_sample, basis = chunk_bytes / chunk_samples, "compacted chunks"
-    else:  # before one: the head's full chunks on disk against the samples in them (open chunks: ~60 each)
-        stored = prom("prometheus_tsdb_head_chunks_storage_size_bytes")
-        in_chunks = prom("prometheus_tsdb_head_samples_appended_total") - 60 * series
-        bytes_per_sample = stored / in_chunks if in_chunks > 0 and stored > 0 else float("nan")
+    else:  # before one: the head's full chunks, on disk in chunks_head/, against the samples in them
+        # (a chunk is cut at 120 samples; one chunk a series is still open)
+        stored = float(node("lab-master", "du", "-sb", "/var/lib/prometheus/metrics2/chunks_head").split()[0])
+        full = prom("prometheus_tsdb_head_chunks") - series
+        bytes_per_sample = stored / (full * 120) if full > 0 and stored > 0 else float("nan")
         basis = "the head's full chunks"
     interval = node("lab-master", "sh", "-c", "grep -m1 scrape_interval /etc/prometheus/prometheus.yml").split()[-1]
     day_mib = samples_per_s * 86400 * bytes_per_sample / 2**20
@@ -76,6 +77,8 @@ def main() -> None:
            "scrape_interval": interval, "disk_per_day_mib": round(day_mib, 1),
            "disk_per_day_mib_at_15s": round(day_mib / scale, 1),
            "disk_30_days_gib_at_15s": round(30 * day_mib / scale / 1024, 2)}
+    if bytes_per_sample != bytes_per_sample:  # NaN
+        print("no full chunk yet: a chunk closes after 120 samples of a series (10 minutes at 5 s); run again later")
     for row in rows:
         print(f"{row['node']:<12} {row['program']:<26} CPU {row['cpu_pct']:>6.2f} % of a core   RSS {row['rss_mib']:>7.1f} MiB")
     print(f"Prometheus: {out['head_series']} series, {out['samples_per_s']} samples/s at {interval}, "
