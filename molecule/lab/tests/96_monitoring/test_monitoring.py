@@ -30,7 +30,7 @@ BASE = "https://127.0.0.1:8443"
 WEBHOOK_LOG = "/var/lib/twinrail-lab/alerts.jsonl"
 # what a drill may take from the fault to the alert at the receiver: the
 # guard's poll (1 s, 3 s grace) or a scrape (5 s), the rules' evaluation
-# (5 s), the lab's 10 s `for`, Alertmanager's 2 s group_wait; doubled for a
+# (5 s), the lab's 5 s `for`, Alertmanager's 1 s group_wait; doubled for a
 # slow machine
 ALERT_BOUND_S = 60
 SHOTS = Path(os.environ.get("TWINRAIL_SHOTS", "/tmp"))

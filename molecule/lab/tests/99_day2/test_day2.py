@@ -307,10 +307,12 @@ def test_restore_a_node_then_every_stage_runs_again(host):
                               capture_output=True, text=True, check=True).stdout
     subprocess.run(["docker", "exec", WORKER, "sh", "-c", f"printf 'damaged\\n' > /etc/debian_version && rm {unit}"],
                    check=True)
-    # the acceptance stage runs to its gate, without its soak and with one
-    # level of the ramp: the converge measured both, this proves the stages run again
+    # the acceptance stage runs to its gate, without its soak, with one level
+    # of the ramp and a short long prompt: the converge measured them, this
+    # proves the stages run again
     paths = json.dumps({"system_backup_restore_paths": ["/etc/debian_version", "/etc/systemd/system"],
-                        "acceptance_soak_seconds": 0, "acceptance_ramp_levels": [1]})
+                        "acceptance_soak_seconds": 0, "acceptance_ramp_levels": [1],
+                        "acceptance_long_context_chars": 2000})
     proc = playbook(str(PROJECT / "restore.yml"), "-e", "system_backup_restore_nodes=lab-worker1", "-e", paths)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "restore: lab-worker1: /etc/debian_version, /etc/systemd/system from system-" in proc.stdout
