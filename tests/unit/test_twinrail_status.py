@@ -71,13 +71,10 @@ def test_the_converged_lab_is_health_ok(cluster):
     assert "0.0 tokens/s over the last minute (Prometheus)" in screen and "alerts firing: none" in screen
 
 
-def test_an_alert_firing_in_prometheus_is_in_the_verdict():
+def test_an_alert_firing_in_prometheus_is_in_the_verdict(cluster):
     """The capture of a real firing alert (critical: an error)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    out = subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab"), "--list"], cwd=REPO, env=env,
-                         capture_output=True, text=True, check=True).stdout
     probes = json.loads((REPO / "tests" / "fixtures" / "lab" / "twinrail_probes_alert_firing_lab.json").read_text())
-    result = judged(inventory.parse(json.loads(out)), probes)
+    result = judged(cluster, probes)
     assert result["health"] == "HEALTH_ERR"
     assert result["checks"] == [{"severity": "ERR", "node": None, "what": "alert",
                                  "message": "alert TwinrailTargetDown: node on  is not scraped"}]

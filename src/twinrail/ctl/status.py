@@ -114,22 +114,17 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             entry["error"] = probe.get("unreachable")
             check("ERR", node.name, "node", f"{node.name} ({node.host}) unreachable: {probe.get('unreachable')}")
             continue
-        for unit in node.units(int(s["inference_service_rpc_port"])):
+        for unit, monitoring in ([(u, False) for u in node.units(int(s["inference_service_rpc_port"]))]
+                                 + [(u, True) for u in node.monitoring_units()]):
             shown = probe["units"].get(unit, {})
             state = shown.get("ActiveState", "not installed")
-            entry["units"].append({"unit": unit, "active": state, "sub": shown.get("SubState"),
-                                   "since": shown.get("ActiveEnterTimestamp") or None,
-                                   "restarts": int(shown.get("NRestarts") or 0)})
-            if state != "active":
-                check("ERR", node.name, unit, f"{node.name}: {unit} is {state}")
-        for unit in node.monitoring_units():
-            shown = probe["units"].get(unit, {})
-            state = shown.get("ActiveState", "not installed")
-            entry["units"].append({"unit": unit, "active": state, "sub": shown.get("SubState"),
-                                   "since": shown.get("ActiveEnterTimestamp") or None,
-                                   "restarts": int(shown.get("NRestarts") or 0), "monitoring": True})
-            if state != "active":
+            row = {"unit": unit, "active": state, "sub": shown.get("SubState"),
+                   "since": shown.get("ActiveEnterTimestamp") or None, "restarts": int(shown.get("NRestarts") or 0)}
+            entry["units"].append(dict(row, monitoring=True) if monitoring else row)
+            if state != "active" and monitoring:
                 check("WARN", node.name, unit, f"{node.name}: {unit} (monitoring) is {state}")
+            elif state != "active":
+                check("ERR", node.name, unit, f"{node.name}: {unit} is {state}")
         links = {link["ifname"]: link for link in probe.get("links", [])}
         addresses = {a["ifname"]: [i["local"] for i in a.get("addr_info", [])] for a in probe.get("addresses", [])}
         for rail in node.rails:
