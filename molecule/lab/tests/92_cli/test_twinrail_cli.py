@@ -69,7 +69,12 @@ def test_a_cut_rail_is_health_err_naming_the_rail(host):
     assert first.startswith("HEALTH_ERR: ") and "lab-master: rail1 (ens1f1np1) link " in first, first
     assert "service unavailable: worker unavailable: lab-worker1 rail 198.19.1.2" in first, first
     wait_available(limit=120)
-    proc = twinrail("status")
+    # the service answers at once; TwinrailRailDown resolves after the next
+    # scrape and rule evaluation (5 s each in the lab): wait for it as an operator would
+    started = time.monotonic()
+    while (proc := twinrail("status")).returncode != 0 and time.monotonic() - started < 60:
+        time.sleep(5)
+    print(f"twinrail status after the mend: {proc.stdout.splitlines()[0]!r} after {time.monotonic() - started:.1f} s")
     assert proc.returncode == 0, proc.stdout
 
 
