@@ -40,7 +40,9 @@ CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
     "twinrail_bandwidth_aggregate_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
-    "twinrail_model", "twinrail_weights")
+    "twinrail_model", "twinrail_weights", "twinrail_profile")
+# a hardware profile's name (profiles/<name>.yml; the lookup names the known ones)
+PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 # one weight set: what the weights stage syncs (see check_weights)
 WEIGHT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 WEIGHT_SOURCES = ("controller", "url", "master")
@@ -70,7 +72,7 @@ TWINRAIL_VARIABLES = (
     "twinrail_mgmt_address", "twinrail_rails", "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps",
     "twinrail_tcp_fallback_allowed", "twinrail_bandwidth_min_ratio", "twinrail_bandwidth_aggregate_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
-    "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab",
+    "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
     # the lab's own (tools/lab.py, inventory/lab)
     "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
     "twinrail_lab_memory_mb", "twinrail_lab_publish",
@@ -147,6 +149,10 @@ class Validator:
     # -- one node ------------------------------------------------------------
 
     def check_cluster_vars(self, host: str, hv: dict) -> None:
+        if "twinrail_profile" in hv and not (isinstance(hv["twinrail_profile"], str)
+                                             and PROFILE_RE.match(hv["twinrail_profile"])):
+            self.err(host, "twinrail_profile", "the name of a hardware profile (profiles/<name>.yml: dgx-spark, "
+                     "x86-connectx, lab)", hv["twinrail_profile"])
         for name in BOOLEANS:
             if not isinstance(hv.get(name), bool):
                 self.err(host, name, "a boolean (true or false)", hv.get(name))

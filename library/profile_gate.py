@@ -1,0 +1,100 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""The hardware profile gate: every host is what its profile says."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: profile_gate
+short_description: Refuse hosts that do not match the inventory's hardware profile
+description:
+  - Fails, naming each host and what differs, when a host's architecture is
+    not the profile's, when it has no NVIDIA GPU while CUDA is on (or the
+    profile expects one), or when it has neither an RDMA device nor a
+    ConnectX PCI function while the RDMA transport is on (or the profile
+    expects one). Runs on the controller; changes nothing.
+version_added: "0.1.0"
+author: twinrail developers
+options:
+  profile:
+    description: The profile's name (twinrail_profile).
+    type: str
+    required: true
+  expect:
+    description: The profile's expect block (architecture, gpu, rdma).
+    type: dict
+    required: true
+  architecture:
+    description: Per host, Ansible's architecture fact.
+    type: dict
+    required: true
+  hardware:
+    description: Per host, what hardware_facts returned as C(hardware).
+    type: dict
+    required: true
+  gpu:
+    description: Per host, what gpu_facts returned as C(gpu) (none without nvidia-smi).
+    type: dict
+    required: true
+  cuda:
+    description: The runtime is built with CUDA.
+    type: bool
+    default: false
+  rdma:
+    description: The runtime is built with the RDMA transport.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Gate the hardware profile
+  profile_gate:
+    profile: dgx-spark
+    expect: {architecture: aarch64, gpu: true, rdma: true}
+    architecture: "{{ arch_by_host }}"
+    hardware: "{{ hardware_by_host }}"
+    gpu: "{{ gpu_by_host }}"
+    cuda: true
+    rdma: true
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+msg:
+  description: The verdict.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.hardware_profile import host_facts, judge
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "profile": {"type": "str", "required": True},
+        "expect": {"type": "dict", "required": True},
+        "architecture": {"type": "dict", "required": True},
+        "hardware": {"type": "dict", "required": True},
+        "gpu": {"type": "dict", "required": True},
+        "cuda": {"type": "bool", "default": False},
+        "rdma": {"type": "bool", "default": False},
+    }, supports_check_mode=True)
+    p = module.params
+    hosts = host_facts(p["architecture"], p["hardware"], p["gpu"])
+    failures = judge(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"])
+    if failures:
+        module.fail_json(msg=f"preflight: the hosts are not what twinrail_profile {p['profile']} says: "
+                             + "; ".join(failures) + ". Nothing was changed", failures=failures)
+    module.exit_json(changed=False, msg=f"preflight: {', '.join(sorted(hosts))} match twinrail_profile "
+                                        f"{p['profile']} ({p['expect']['architecture']}"
+                                        f"{', GPU' if p['expect']['gpu'] else ''}{', RDMA' if p['expect']['rdma'] else ''})")
+
+
+if __name__ == "__main__":
+    main()

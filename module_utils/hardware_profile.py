@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+"""Whether the hosts are what their hardware profile (profiles/<name>.yml)
+says: architecture, an NVIDIA GPU, an RDMA device or a ConnectX function.
+Pure functions; library/hardware_facts.py reads a host, preflight judges
+every host on the controller (library/profile_gate.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
+IBDEV2NETDEV = re.compile(r"^(?P<device>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>\w+)\)\s*$")
+
+
+def parse_uname_machine(text: str) -> str | None:
+    """The machine field of `uname -a` (what `uname -m` and Ansible's
+    `architecture` fact give): the third word from the end."""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 6 and words[0] == "Linux" and words[-1] == "GNU/Linux":
+            return words[-4]
+    return None
+
+
+def parse_ibdev2netdev(text: str) -> list[dict]:
+    """`ibdev2netdev` rows: RDMA device, port, netdev, state; prompts and
+    other lines skipped, sorted by device (the tool's row order varies)."""
+    rows = []
+    for line in text.splitlines():
+        m = IBDEV2NETDEV.match(line.strip())
+        if m:
+            rows.append({"device": m["device"], "port": int(m["port"]), "netdev": m["netdev"],
+                         "state": m["state"]})
+    return sorted(rows, key=lambda r: (r["device"], r["port"]))
+
+
+def read_host(sys_root: str = "/sys") -> dict:
+    """RDMA devices (/sys/class/infiniband) and ConnectX PCI functions (vendor
+    0x15b3; present before any RDMA driver is loaded), sorted."""
+    ib = os.path.join(sys_root, "class", "infiniband")
+    devices = sorted(os.listdir(ib)) if os.path.isdir(ib) else []
+    functions = []
+    pci = os.path.join(sys_root, "bus", "pci", "devices")
+    if os.path.isdir(pci):
+        for address in sorted(os.listdir(pci)):
+            try:
+                with open(os.path.join(pci, address, "vendor"), encoding="ascii") as handle:
+                    if handle.read().strip().lower() == MELLANOX_VENDOR:
+                        functions.append(address)
+            except OSError:
+                continue
+    return {"rdma_devices": devices, "connectx_functions": functions}
+
+
+def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
+    """{host: {architecture, gpus, rdma_devices, connectx_functions}} from
+    Ansible's architecture fact, hardware_facts and gpu_facts (None where
+    nvidia-smi is absent) per host."""
+    out = {}
+    for host in sorted(architecture):
+        seen = gpu.get(host)
+        out[host] = {"architecture": architecture[host], "gpus": len(seen["gpus"]) if seen else None,
+                     **(hardware.get(host) or {"rdma_devices": [], "connectx_functions": []})}
+    return out
+
+
+def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool) -> list[str]:
+    """One sentence per host that does not match: hosts is {host:
+    {architecture, gpus (count, None without nvidia-smi), rdma_devices,
+    connectx_functions}}; cuda and rdma are the build's switches."""
+    failures = []
+    for host in sorted(hosts):
+        facts = hosts[host]
+        arch = facts.get("architecture")
+        if arch != expect["architecture"]:
+            failures.append(f"{host}: twinrail_profile {profile} is for {expect['architecture']} hosts, this one is "
+                            f"{arch}; name the profile of this hardware (profiles/<name>.yml)")
+        gpus = facts.get("gpus")
+        if (cuda or expect["gpu"]) and not gpus:
+            why = "runtime_build_cuda is true" if cuda else f"twinrail_profile {profile} expects one"
+            failures.append(f"{host}: no NVIDIA GPU ({'nvidia-smi lists none' if gpus == 0 else 'no nvidia-smi'}) "
+                            f"while {why}")
+        if (rdma or expect["rdma"]) and not facts.get("rdma_devices") and not facts.get("connectx_functions"):
+            why = "runtime_build_rdma is true" if rdma else f"twinrail_profile {profile} expects one"
+            failures.append(f"{host}: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function "
+                            f"(vendor {MELLANOX_VENDOR}) while {why}")
+    return failures

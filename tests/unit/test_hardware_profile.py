@@ -1,0 +1,143 @@
+"""Hardware profiles (profiles/*.yml through lookup_plugins/twinrail_profile.py)
+and preflight's profile gate (module_utils/hardware_profile.py), judged on
+real captures from DGX Spark boxes (uname -a, ibdev2netdev, nvidia-smi) and
+a Tesla T4 host (tests/fixtures/hardware/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import FIXTURES
+
+from gpu_facts import parse_table
+from hardware_profile import host_facts, judge, parse_ibdev2netdev, parse_uname_machine, read_host
+
+REPO = Path(__file__).resolve().parents[2]
+HW = FIXTURES / "hardware"
+_spec = importlib.util.spec_from_file_location("twinrail_profile_lookup", REPO / "lookup_plugins" / "twinrail_profile.py")
+lookup = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lookup)
+
+
+def read(name: str) -> str:
+    return (HW / name).read_text()
+
+
+def spark(name: str = "spark-a") -> dict:
+    """A DGX Spark as preflight sees it, from the real captures."""
+    arch = parse_uname_machine(read("uname_a_lsb_release_dgx_spark_6.17.0-1021_dgxspark03_unresolved_repo.txt"))
+    rows = parse_ibdev2netdev(read("ibdev2netdev_dgx_spark_f1_twins_up_roceP2_first_dxg-spark-1_connect_two_sparks.txt"))
+    gpu = parse_table(read("nvidia-smi_gb10_table_prompt_firefox_procs_obrienlabs_blog.txt"))
+    return host_facts({name: arch}, {name: {"rdma_devices": sorted({r["device"] for r in rows}),
+                                            "connectx_functions": []}}, {name: gpu})
+
+
+def test_the_spark_captures_read_as_an_aarch64_gb10_with_four_rdma_devices():
+    facts = spark()["spark-a"]
+    assert facts["architecture"] == "aarch64" and facts["gpus"] == 1
+    assert facts["rdma_devices"] == ["roceP2p1s0f0", "roceP2p1s0f1", "rocep1s0f0", "rocep1s0f1"]
+    # the tool lists the twins in either order; the parse does not depend on it
+    other = parse_ibdev2netdev(read("ibdev2netdev_dgx_spark_f1_twins_up_eugr_networking_doc.txt"))
+    assert [(r["device"], r["netdev"], r["state"]) for r in other if r["state"] == "Up"] == [
+        ("roceP2p1s0f1", "enP2p1s0f1np1", "Up"), ("rocep1s0f1", "enp1s0f1np1", "Up")]
+
+
+def test_the_example_inventory_names_the_rails_as_a_spark_shows_them():
+    rows = parse_ibdev2netdev(read("ibdev2netdev_dgx_spark_f1_twins_up_roceP2_first_dxg-spark-1_connect_two_sparks.txt"))
+    up = {r["device"]: r["netdev"] for r in rows if r["state"] == "Up"}
+    for host in ("spark-a", "spark-b"):
+        rails = yaml.safe_load((REPO / "inventory" / "example" / "host_vars" / f"{host}.yml").read_text())["twinrail_rails"]
+        assert {r["rdma_device"]: r["interface"] for r in rails} == up, host
+
+
+def test_a_spark_matches_the_dgx_spark_profile():
+    expect = lookup.setting("dgx-spark", "expect")
+    cuda, rdma = lookup.setting("dgx-spark", "runtime_build_cuda"), lookup.setting("dgx-spark", "runtime_build_rdma")
+    assert (cuda, rdma) == (True, True)
+    assert judge("dgx-spark", expect, spark(), cuda, rdma) == []
+
+
+def test_a_spark_is_refused_under_the_x86_profile_naming_host_and_architectures():
+    failures = judge("x86-connectx", lookup.setting("x86-connectx", "expect"), spark(), False, True)
+    assert failures == ["spark-a: twinrail_profile x86-connectx is for x86_64 hosts, this one is aarch64; name the "
+                        "profile of this hardware (profiles/<name>.yml)"]
+
+
+def test_a_t4_host_without_rdma_is_refused_under_the_dgx_spark_profile():
+    gpu = parse_table(read("nvidia-smi_tesla_t4_table_535_old_layout_cloud_native_docs.txt"))
+    hosts = host_facts({"gpu-x86": "x86_64", "bare": "x86_64"},
+                       {"gpu-x86": {"rdma_devices": [], "connectx_functions": []}}, {"gpu-x86": gpu, "bare": None})
+    failures = judge("dgx-spark", lookup.setting("dgx-spark", "expect"), hosts, True, True)
+    assert failures == [
+        "bare: twinrail_profile dgx-spark is for aarch64 hosts, this one is x86_64; name the profile of this hardware "
+        "(profiles/<name>.yml)",
+        "bare: no NVIDIA GPU (no nvidia-smi) while runtime_build_cuda is true",
+        "bare: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function (vendor 0x15b3) while "
+        "runtime_build_rdma is true",
+        "gpu-x86: twinrail_profile dgx-spark is for aarch64 hosts, this one is x86_64; name the profile of this "
+        "hardware (profiles/<name>.yml)",
+        "gpu-x86: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function (vendor 0x15b3) while "
+        "runtime_build_rdma is true"]
+
+
+def test_a_connectx_function_without_its_driver_counts_as_rdma_hardware(tmp_path):
+    # sysfs as a host shows it before mlx5_ib is loaded: the PCI function only
+    for address, vendor in (("0000:01:00.0", "0x15b3\n"), ("0000:00:02.0", "0x8086\n")):
+        (tmp_path / "bus" / "pci" / "devices" / address).mkdir(parents=True)
+        (tmp_path / "bus" / "pci" / "devices" / address / "vendor").write_text(vendor)
+    seen = read_host(str(tmp_path))
+    assert seen == {"rdma_devices": [], "connectx_functions": ["0000:01:00.0"]}
+    hosts = host_facts({"n1": "x86_64"}, {"n1": seen}, {"n1": None})
+    assert judge("x86-connectx", lookup.setting("x86-connectx", "expect"), hosts, False, True) == []
+    hosts["n1"]["connectx_functions"] = []
+    assert judge("x86-connectx", lookup.setting("x86-connectx", "expect"), hosts, False, True) != []
+
+
+def test_every_profile_is_complete_and_the_lab_needs_no_gpu_nor_rdma():
+    names = lookup.names()
+    assert names == ["dgx-spark", "lab", "x86-connectx"]
+    keys = {name: set(lookup.load(name)["settings"]) for name in names}
+    assert len({frozenset(k) for k in keys.values()}) == 1, keys
+    assert lookup.setting("lab", "expect") == {"architecture": "x86_64", "gpu": False, "rdma": False}
+    assert lookup.setting("dgx-spark", "runtime_build_cuda_archs") == "121"
+
+
+def test_an_unknown_profile_or_setting_is_named():
+    with pytest.raises(ValueError, match=r"unknown profile 'dgx_spark'; expected one of dgx-spark, lab, x86-connectx"):
+        lookup.setting("dgx_spark", "runtime_build_cuda")
+    with pytest.raises(ValueError, match=r"profile 'lab' has no setting 'runtime_build_cudaa'"):
+        lookup.setting("lab", "runtime_build_cudaa")
+
+
+def run_play(tmp_path: Path, play: list, *extra: str) -> subprocess.CompletedProcess:
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml"), *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False)
+
+
+def test_the_profile_gives_the_roles_defaults_and_the_inventory_still_wins(tmp_path):
+    """The runtime stage's own defaults under each profile, then one of them
+    set by the inventory (extra vars here): the setting wins over the profile."""
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "runtime_build", "tasks_from": "settings", "public": True}},
+        {"ansible.builtin.debug": {"msg": "FLAGS={{ runtime_build_isa_flags | join(' ') }} CUDA={{ runtime_build_cuda }}"
+                                          " CMAKE={{ __runtime_build_cmake.CMAKE_C_FLAGS }}"}}]}]
+    out = run_play(tmp_path, play, "-e", '{"twinrail_profile": "dgx-spark", "runtime_build_cuda": false, '
+                   '"runtime_build_rdma": false, "twinrail_runtime_root": "/opt/twinrail"}')
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "FLAGS=-march=armv9-a+i8mm+bf16 -mtune=neoverse-n2 CUDA=False CMAKE=-march=armv9-a+i8mm+bf16 -mtune=neoverse-n2" \
+        in out.stdout
+    out = run_play(tmp_path, play, "-e", '{"twinrail_profile": "lab", "twinrail_runtime_root": "/opt/twinrail"}')
+    assert "FLAGS=-march=x86-64 -mtune=generic CUDA=False" in out.stdout, out.stdout[-2000:]
+    out = run_play(tmp_path, play, "-e", "twinrail_profile=dgx_spark", "-e", "twinrail_runtime_root=/opt/twinrail")
+    assert out.returncode != 0
+    assert "twinrail_profile: localhost: unknown profile 'dgx_spark'; expected one of dgx-spark, lab, x86-connectx" \
+        in out.stdout + out.stderr
