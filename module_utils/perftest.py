@@ -277,6 +277,25 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+# A ConnectX-7 that came up in a stale state after boot carries a small
+# fraction of its ceiling while the link reports full speed and width:
+# NVIDIA's dgx-spark-playbooks (PR #108) describe 8-25 Gb/s on a rail that
+# reports 200G and Gen5 x4 (13.23 Gb/s with 8 QPs, 12.86 Gb/s over TCP).
+STALE_SHARE = 0.25
+
+
+def stale_diagnosis(item: dict, gated: float) -> str:
+    """The stale-initialization diagnosis and its fix, for an RDMA rail that
+    measured under STALE_SHARE of its ceiling (rate_gbps: the lower of the
+    link rate and the PCIe ceiling); '' otherwise."""
+    ceiling = item.get("rate_gbps")
+    if item.get("transport") != "rdma" or not ceiling or gated >= STALE_SHARE * ceiling:
+        return ""
+    return (f"; {gated:.2f} Gb/s is {100 * gated / ceiling:.1f} % of the rail's {ceiling:g} Gb/s ceiling, the band of a "
+            f"ConnectX-7 left in a stale state at boot (NVIDIA's DGX Spark playbooks: 8-25 Gb/s on a link that reports "
+            f"full speed and width): reboot both nodes, and if it stays, power both off and on again")
+
+
 def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
             counters_after: dict, max_latency_spread_pct: float) -> dict:
     """Judge the bandwidth stage.
@@ -303,7 +322,7 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
             basis = f" ({item['required_basis']})" if item.get("required_basis") else ""
             failures.append(f"{where}: {item['transport']} average {gated:.2f} Gb/s "
                             f"(median of {len(averages)}), required "
-                            f"{item['required_gbps']:.2f} Gb/s{basis}")
+                            f"{item['required_gbps']:.2f} Gb/s{basis}{stale_diagnosis(item, gated)}")
         lat = item.get("latency") or []
         if lat:
             typicals = [r.get("t_typical_us") or r.get("t_avg_us") for r in lat]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,24 @@ def test_the_profile_gives_the_roles_defaults_and_the_inventory_still_wins(tmp_p
     assert out.returncode != 0
     assert "twinrail_profile: localhost: unknown profile 'dgx_spark'; expected one of dgx-spark, lab, x86-connectx" \
         in out.stdout + out.stderr
+
+
+def test_the_example_inventory_on_the_dgx_spark_profile_passes_the_controller_side_checks():
+    """inventory/example (two Sparks, the dgx-spark profile: CUDA, RDMA,
+    aarch64 flags) through preflight with its hosts pointed at a closed
+    loopback port: every controller-side play passes (inventory, every
+    stage's settings), and the run stops at the first contact with a host."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", str(REPO / "inventory" / "example"), str(REPO / "site.yml"),
+                           "--tags", "preflight", "-e", "ansible_host=127.0.0.1", "-e", "ansible_port=1",
+                           "-e", "vault_inference_service_operator_password=not-a-real-password"],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
+    out = proc.stdout
+    assert proc.returncode != 0
+    recap = {m[0]: (int(m[1]), int(m[2])) for m in
+             re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)}
+    assert recap == {"localhost": (0, 0), "spark-a": (1, 0), "spark-b": (1, 0)}, out[-3000:]
+    # the runtime stage's settings were judged with the profile's CUDA and RDMA build
+    assert "TASK [runtime_build : Check the source, the ISA flags and the mode on the controller]" in out
+    first_contact = out.index("PLAY [Preflight | check the hosts and the memory plan]")
+    assert "fatal:" not in out[:first_contact] and "port 1: Connection refused" in out[first_contact:]

@@ -291,6 +291,26 @@ def test_verdict_uses_the_median_average_and_names_rail_and_hosts():
         "rail1 a -> b: rdma average 85.83 Gb/s (median of 3), required 90.00 Gb/s"]
 
 
+def test_a_rail_far_under_its_ceiling_gets_the_stale_initialization_diagnosis():
+    """A Spark's Gen5 x4 rail (115.2 Gb/s ceiling) at the real degraded
+    capture's 0.21 Gb/s: the reboot-then-power-cycle fix; the real 85.83 Gb/s
+    duration run (74 % of it) fails plainly; a TCP rail never gets it."""
+    degraded = "ib_read_bw_roce_100g_mbs_crossnode_degraded_avg_kubeansible.txt"  # 0.21
+    duration = "ib_write_bw_roce_100g_mbs_D300_duration_kubeansible.txt"  # 85.83
+    rail = {"rail": "rail0", "client": "spark-a", "server": "spark-b", "transport": "rdma", "rate_gbps": 115.2,
+            "required_gbps": 92.16, "required_basis": "0.8 x the 115.2 Gb/s PCIe ceiling (the link runs at 200 Gb/s)"}
+    stale = verdict([{**rail, "runs": bw_runs(degraded, degraded, duration)}], [], {}, {}, 1.0)["failures"]
+    assert stale == ["rail0 spark-a -> spark-b: rdma average 0.21 Gb/s (median of 3), required 92.16 Gb/s (0.8 x the "
+                     "115.2 Gb/s PCIe ceiling (the link runs at 200 Gb/s)); 0.21 Gb/s is 0.2 % of the rail's 115.2 Gb/s "
+                     "ceiling, the band of a ConnectX-7 left in a stale state at boot (NVIDIA's DGX Spark playbooks: "
+                     "8-25 Gb/s on a link that reports full speed and width): reboot both nodes, and if it stays, power "
+                     "both off and on again"]
+    plain = verdict([{**rail, "runs": bw_runs(duration)}], [], {}, {}, 1.0)["failures"]
+    assert len(plain) == 1 and "stale" not in plain[0]
+    tcp = verdict([{**rail, "transport": "tcp", "runs": bw_runs(degraded)}], [], {}, {}, 1.0)["failures"]
+    assert len(tcp) == 1 and "stale" not in tcp[0]
+
+
 def test_verdict_aggregate_sums_concurrent_rails():
     run = bw_runs("ib_write_bw_roce_100g_mbs_crossnode_kubeansible.txt",
                   "ib_send_bw_roce_100g_mbs_crossnode_kubeansible.txt")
