@@ -58,7 +58,7 @@ def test_every_prompt_was_answered_and_judged(report):
 
 def test_the_long_context_was_sampled_on_both_nodes(report):
     long_context = report["long_context"]
-    assert long_context["chars"] == 16000 and long_context["prompt_tokens"] > 3000
+    assert long_context["chars"] == 8000 and long_context["prompt_tokens"] > 1500
     assert set(long_context["growth_pct"]) == {"lab-master", "lab-worker1"}
     samples = [s for s in report["timeline"] if s["phase"] == "long context"]
     assert len(samples) >= 5 and all(set(s["memory_pct"]) == {"lab-master", "lab-worker1"} for s in samples)
