@@ -257,6 +257,8 @@ def read_netdev(root: str, ifname: str) -> dict | None:
     driver = os.path.join(device, "driver")
     pci_speed = _read(os.path.join(device, "current_link_speed"))
     pci_width = _read(os.path.join(device, "current_link_width"))
+    max_speed = _read(os.path.join(device, "max_link_speed"))
+    max_width = _read(os.path.join(device, "max_link_width"))
     return {"interface": ifname, "operstate": _read(os.path.join(base, "operstate")),
             "carrier": carrier == "1",
             "speed_gbps": speed_mbps / 1000 if speed_mbps else None,
@@ -264,7 +266,8 @@ def read_netdev(root: str, ifname: str) -> dict | None:
             # what a baseline is valid for: the driver bound to the NIC and
             # the PCIe link it trained to (none on a veth)
             "driver": os.path.basename(os.readlink(driver)) if os.path.islink(driver) else None,
-            "pci_link": f"{pci_speed} x{pci_width}" if pci_speed and pci_width else None}
+            "pci_link": f"{pci_speed} x{pci_width}" if pci_speed and pci_width else None,
+            "pci_link_max": f"{max_speed} x{max_width}" if max_speed and max_width else None}
 
 
 def select_gid(gids: dict, ipv4: str, gid_type: str = "RoCE v2") -> int | None:
@@ -273,6 +276,22 @@ def select_gid(gids: dict, ipv4: str, gid_type: str = "RoCE v2") -> int | None:
         if gid.get("type") == gid_type and gid.get("ipv4") == ipv4:
             return index
     return None
+
+
+def pcie_downgrade(current: str | None, capable: str | None) -> str | None:
+    """The sentence for a PCIe link trained below what both ends can do (a
+    lower speed or fewer lanes: a badly seated card, a riser, a BIOS
+    setting), as NVIDIA's connect-two-sparks check reads it (sysfs
+    current_link_* against max_link_*, or lspci LnkSta against LnkCap);
+    None when it trained fully or either side is unknown (a veth)."""
+    cur, cap = parse_pcie_link(current), parse_pcie_link(capable)
+    if not cur or not cap or (cur["gts"] >= cap["gts"] and cur["width"] >= cap["width"]):
+        return None
+
+    def show(link: dict) -> str:
+        gen = f"Gen{link['generation']} " if link["generation"] else ""
+        return f"{gen}x{link['width']} ({link['gts']:g} GT/s)"
+    return f"PCIe link trained at {show(cur)}, below the {show(cap)} it is capable of: reseat the card or check the slot"
 
 
 def rail_state(root: str, rail: dict) -> dict:
@@ -288,6 +307,7 @@ def rail_state(root: str, rail: dict) -> dict:
     state["rate_gbps"] = net["speed_gbps"]
     # the bandwidth gate holds a rail to the lower of this and its link rate
     state["pcie_gbps"] = pcie_ceiling_gbps(net["pci_link"])
+    state["pcie_problem"] = pcie_downgrade(net["pci_link"], net.get("pci_link_max"))
     up = net["operstate"] == "up" and net["carrier"]
     problem = None if up else (f"{rail['interface']} link {net['operstate']}"
                                f"{'' if net['carrier'] else ', no carrier'}")
@@ -342,6 +362,8 @@ def rail_gate(links: dict, expected_rate_gbps: float, allow_single_rail: bool,
                     f"{expected_rate_gbps:g}: check cable and port")
             elif st.get("rate_gbps") is None:
                 rails[name].append(f"{host} {st['interface']} reports no link rate")
+            if st is not None and st.get("pcie_problem"):
+                rails[name].append(f"{host} {st['interface']}: {st['pcie_problem']}")
         for host, by_rail in (pings or {}).items():
             for peer, ok in sorted(by_rail.get(name, {}).items()):
                 if not ok:

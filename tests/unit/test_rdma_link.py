@@ -189,3 +189,30 @@ def test_pcie_ceiling_of_a_gen5_x4_connectx7_function_from_lspci():
     assert "108.32" in measured and 108.32 < ceiling
     # a veth has no PCIe link; an untrained one no width
     assert rdma_link.parse_pcie_link(None) is None and rdma_link.pcie_ceiling_gbps("Speed 32GT/s, Width x0") is None
+
+
+def test_a_pcie_link_trained_below_its_capability_fails_the_rail_naming_host_and_device(tmp_path):
+    """The real LnkCap/LnkSta of a Spark's ConnectX-7 function (Gen5 x4 on
+    both: nothing to say), then the sysfs of a function that trained at x2
+    of its x4 (the kernel's own value forms): the rail fails, naming the
+    host, the interface and both links."""
+    text = (FIXTURES / "hardware" / "lspci_cx7_lnkcap_lnksta_grep_gen5_x4_hp_zgx_stondo_blog_partial.txt").read_text()
+    cap, sta = [line for line in text.splitlines() if line.strip().startswith(("LnkCap:", "LnkSta:"))]
+    assert rdma_link.pcie_downgrade(sta, cap) is None
+    assert rdma_link.pcie_downgrade(None, cap) is None
+    root = build_sysfs(tmp_path)
+    device = root / "class" / "net" / "ens1f0np0" / "device"
+    device.mkdir()
+    for name, value in (("current_link_speed", "32.0 GT/s PCIe"), ("current_link_width", "2"),
+                        ("max_link_speed", "32.0 GT/s PCIe"), ("max_link_width", "4")):
+        (device / name).write_text(value + "\n")
+    state = rail_state(str(root), RAIL)
+    assert state["up"] and state["pcie_gbps"] == rdma_link.pcie_ceiling_gbps("Speed 32GT/s, Width x2")
+    assert state["pcie_problem"] == ("PCIe link trained at Gen5 x2 (32 GT/s), below the Gen5 x4 (32 GT/s) it is "
+                                     "capable of: reseat the card or check the slot")
+    result = rail_gate({"spark-a": {"rail0": state}}, 200, False)
+    assert not result["passed"] and result["failures"] == [
+        "rail0: spark-a ens1f0np0: PCIe link trained at Gen5 x2 (32 GT/s), below the Gen5 x4 (32 GT/s) it is capable of: "
+        "reseat the card or check the slot"]
+    (device / "current_link_width").write_text("4\n")
+    assert rail_state(str(root), RAIL)["pcie_problem"] is None
