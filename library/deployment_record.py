@@ -52,6 +52,10 @@ options:
     type: list
     elements: str
     default: []
+  nvidia_smi:
+    description: nvidia-smi, whose driver and CUDA versions and GPU names the record keeps (none where it is absent).
+    type: str
+    default: nvidia-smi
   packages:
     description: Packages whose installed versions to record.
     type: list
@@ -97,13 +101,18 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:
+    from ansible.module_utils.gpu_facts import ParseError, parse_table
     from ansible.module_utils.weights_sums import sha256_file
 except ImportError:  # the unit tests run it with module_utils on the path
+    # (after it: library/ holds a module of the same name, gpu_facts)
+    sys.path = [d for d in sys.path if os.path.abspath(d or ".") != os.path.dirname(os.path.abspath(__file__))]
+    from gpu_facts import ParseError, parse_table
     from weights_sums import sha256_file
 
 
@@ -169,6 +178,18 @@ def collect(module):
             if revision:
                 manifest_path = os.path.join(p["weights_root"], model, ".twinrail-manifests", revision + ".sha256")
                 models[model] = {"revision": revision, "manifest_sha256": manifest_digest(manifest_path)}
+    # the GPU driver and CUDA a runtime built with CUDA runs on (None
+    # without nvidia-smi): a driver update is a new deployment
+    gpu = None
+    smi = module.get_bin_path(p["nvidia_smi"])
+    if smi:
+        rc, out, _ = module.run_command([smi], environ_update={"LC_ALL": "C"})
+        try:
+            table = parse_table(out) if rc == 0 else None
+        except ParseError:
+            table = None
+        gpu = {"driver_version": table["driver_version"], "cuda_version": table["cuda_version"],
+               "gpus": [g["name"] for g in table["gpus"]]} if table else {"error": f"nvidia-smi exited {rc}"}
     try:
         with open("/etc/machine-id", encoding="ascii") as handle:
             machine_id = handle.read().strip() or None
@@ -183,6 +204,7 @@ def collect(module):
         "distribution": os_release(),
         "packages": packages,
         "nic_firmware": firmware,
+        "gpu": gpu,
         "runtime": {"release": release, "manifest": manifest},
         "guard": {"release": guard, "sha256": guard_sha256},
         "models": models,
@@ -201,6 +223,7 @@ def main():
             "config_root": {"type": "path", "default": "/etc/twinrail/service"},
             "guard_root": {"type": "path", "required": True},
             "interfaces": {"type": "list", "elements": "str", "default": []},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "packages": {"type": "list", "elements": "str",
                          "default": ["rdma-core", "ibverbs-providers", "libibverbs1", "perftest", "infiniband-diags"]},
             "extra": {"type": "dict", "default": {}},

@@ -80,3 +80,20 @@ def test_an_unwritable_directory_names_the_host(tmp_path):
     (tmp_path / "file").write_text("x")
     out = run(tmp_path, dir=str(tmp_path / "file" / "records"))
     assert out["failed"] and out["msg"].startswith("deployment record: node1: cannot write ")
+
+
+def test_the_record_keeps_the_gpu_driver_and_cuda_from_nvidia_smi(tmp_path):
+    """On a GB10 (nvidia-smi's real table, printed by a stand-in binary):
+    driver, CUDA and the GPU's name are part of the record, so a driver
+    update is a new deployment; without nvidia-smi the record says none."""
+    capture = (Path(__file__).resolve().parents[1] / "fixtures" / "hardware"
+               / "nvidia-smi_gb10_table_prompt_firefox_procs_obrienlabs_blog.txt")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\ncat {capture}\n")
+    smi.chmod(0o755)
+    deploy(tmp_path, "build-a", "cfg1")
+    record = run(tmp_path, nvidia_smi=str(smi))["record"]
+    assert record["gpu"] == {"driver_version": "580.95.05", "cuda_version": "13.0", "gpus": ["NVIDIA GB10"]}, record["gpu"]
+    none = run(tmp_path, nvidia_smi=str(tmp_path / "bin" / "absent"))
+    assert none["record"]["gpu"] is None and none["digest"] != run(tmp_path, nvidia_smi=str(smi))["digest"]
