@@ -53,12 +53,27 @@ def test_stop_in_reverse_order_then_start_again(host):
              stopped_at(WORKER, "twinrail-rpc@198.19.0.2.service"), stopped_at(WORKER, "twinrail-rpc@198.19.1.2.service")]
     assert order[:4] == sorted(order[:4]), order
     assert max(order[:3]) < min(order[3:]), order
-    proc = playbook(str(PROJECT / "site.yml"), "--tags", "service")
+    # start.yml: the units as configured, in order, with the health gate
+    proc = playbook(str(PROJECT / "start.yml"))
     assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "TASK [inference_service : Wait for the guard to find the cluster available]" in proc.stdout
+    started = [started_at(WORKER, "twinrail-rpc@198.19.0.2.service"), started_at(WORKER, "twinrail-rpc@198.19.1.2.service"),
+               started_at(MASTER, "twinrail-llama.service")]
+    assert max(started[:2]) <= started[2], started
     answer = subprocess.run(["docker", "exec", MASTER, "python3", "-c",
                              "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8081/health', timeout=10).status)"],
                             capture_output=True, text=True, check=False)
     assert answer.stdout.strip() == "200", answer
+
+
+def started_at(container: str, unit: str) -> int:
+    """When the unit became active, on the kernel's monotonic clock."""
+    out = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "ActiveState",
+                          "-p", "ActiveEnterTimestampMonotonic", unit], capture_output=True, text=True,
+                         check=True).stdout
+    show = dict(line.split("=", 1) for line in out.splitlines())
+    assert show["ActiveState"] == "active", (unit, show)
+    return int(show["ActiveEnterTimestampMonotonic"])
 
 
 def config_version(container: str) -> str:
