@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring clean
+        molecule bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -103,6 +103,9 @@ bench-service: venv
 # needs the converged lab (make lab): what the monitoring stage costs
 bench-monitoring: venv
 	$(BIN)/python tools/bench_monitoring.py --window 60
+
+bench-aarch64: venv bundle
+	$(BIN)/python tools/bench_aarch64.py
 
 bench-acceptance: venv
 	$(BIN)/python tools/bench_acceptance.py --runs 3
