@@ -34,15 +34,20 @@ def lab(*argv: str) -> None:
                    check=True, capture_output=True)
 
 
-def stopped_at(container: str, unit: str) -> int:
-    """When the unit went inactive, on the kernel's monotonic clock (the
-    containers share the kernel, so the figures compare across nodes)."""
-    out = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "ActiveState",
-                          "-p", "InactiveEnterTimestampMonotonic", unit], capture_output=True, text=True,
-                         check=True).stdout
+def entered_at(container: str, unit: str, state: str) -> int:
+    """When the unit entered `state` (active or inactive, and is in it), on
+    the kernel's monotonic clock (the containers share the kernel, so the
+    figures compare across nodes)."""
+    prop = f"{state.capitalize()}EnterTimestampMonotonic"
+    out = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "ActiveState", "-p", prop, unit],
+                         capture_output=True, text=True, check=True).stdout
     show = dict(line.split("=", 1) for line in out.splitlines())
-    assert show["ActiveState"] == "inactive", (unit, show)
-    return int(show["InactiveEnterTimestampMonotonic"])
+    assert show["ActiveState"] == state, (unit, show)
+    return int(show[prop])
+
+
+def stopped_at(container: str, unit: str) -> int:
+    return entered_at(container, unit, "inactive")
 
 
 def test_stop_in_reverse_order_then_start_again(host):
@@ -67,13 +72,7 @@ def test_stop_in_reverse_order_then_start_again(host):
 
 
 def started_at(container: str, unit: str) -> int:
-    """When the unit became active, on the kernel's monotonic clock."""
-    out = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "ActiveState",
-                          "-p", "ActiveEnterTimestampMonotonic", unit], capture_output=True, text=True,
-                         check=True).stdout
-    show = dict(line.split("=", 1) for line in out.splitlines())
-    assert show["ActiveState"] == "active", (unit, show)
-    return int(show["ActiveEnterTimestampMonotonic"])
+    return entered_at(container, unit, "active")
 
 
 def config_version(container: str) -> str:
