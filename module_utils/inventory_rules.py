@@ -151,8 +151,8 @@ class Validator:
     def check_cluster_vars(self, host: str, hv: dict) -> None:
         if "twinrail_profile" in hv and not (isinstance(hv["twinrail_profile"], str)
                                              and PROFILE_RE.match(hv["twinrail_profile"])):
-            self.err(host, "twinrail_profile", "the name of a hardware profile (profiles/<name>.yml: dgx-spark, "
-                     "x86-connectx, lab)", hv["twinrail_profile"])
+            self.err(host, "twinrail_profile", "the name of a hardware profile (a file profiles/<name>.yml)",
+                     hv["twinrail_profile"])
         for name in BOOLEANS:
             if not isinstance(hv.get(name), bool):
                 self.err(host, name, "a boolean (true or false)", hv.get(name))

@@ -235,6 +235,9 @@ BAD = [
     ("watermark-100", setvar("twinrail_memory_hard_watermark_pct", 100),
      "spark-a: twinrail_memory_hard_watermark_pct: expected a percentage above 0 and "
      "below 100, got 100 (int)", 1),
+    ("profile-not-a-name", setvar("twinrail_profile", "../dgx-spark"),
+     "spark-a: twinrail_profile: expected the name of a hardware profile (a file profiles/<name>.yml), "
+     "got '../dgx-spark' (str)", 1),
     ("boolean-as-string", setvar("twinrail_lab", "yes"),
      "spark-a: twinrail_lab: expected a boolean (true or false), got 'yes' (str)", 1),
     ("boolean-missing", delvar("twinrail_tcp_fallback_allowed"),
