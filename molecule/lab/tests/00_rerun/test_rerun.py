@@ -2,7 +2,8 @@
 reports changed=0, says which bandwidth baseline and which acceptance
 verdict still hold, and sends no measurement over the rails (their byte
 counters, read on both nodes before and after, barely move); a changed
-gate setting measures again and says why. Runs once, from the controller."""
+gate setting measures again and says why. Runs once, from the controller,
+side by side with the check-mode run (conftest.py's check_mode_run)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def rail_bytes() -> dict:
     return out
 
 
-def test_a_noop_rerun_changes_nothing_and_measures_nothing():
+def test_a_noop_rerun_changes_nothing_and_measures_nothing(check_mode_run):
+    # check_mode_run: the lab pass's `--check --diff` run, started now beside
+    # this one (tests/01_check_mode asserts it); neither may measure
     before = rail_bytes()
     proc = playbook()
     after = rail_bytes()
@@ -57,7 +60,9 @@ def test_a_noop_rerun_changes_nothing_and_measures_nothing():
     print(f"no-op site.yml: rail bytes moved {moved}")
 
 
-def test_a_changed_gate_setting_measures_again_and_says_why(tmp_path):
+def test_a_changed_gate_setting_measures_again_and_says_why(tmp_path, check_mode_run):
+    # this run measures: the check-mode run beside the no-op one ends first
+    check_mode_run.result()
     # the converge's baseline copied aside: this run's report goes there and
     # the one the other verifiers read stays the converge's
     kept = json.loads((PROJECT / "reports" / "latest" / "bandwidth.json").read_text())
