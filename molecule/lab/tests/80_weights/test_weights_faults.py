@@ -123,10 +123,10 @@ def test_a_transfer_killed_midway_continues_where_it_stopped(host):
     size = (BUNDLE / model / name).stat().st_size
     node(WORKER, "rm", f"{ROOT}/{model}/{rev}/{name}")
     staged = f"{ROOT}/{model}/.twinrail-staging/{rev}/{name}"
-    # 16 MiB/s for the one stream this file makes: about 15 s to send
+    # 32 MiB/s for the one stream this file makes: about 8 s to send
     rails_before = rx_bytes(WORKER, "ens1f0np0") + rx_bytes(WORKER, "ens1f1np1")
     mgmt_before = rx_bytes(WORKER, "eth0")
-    proc = run_stage(host, "-e", "weights_sync_bwlimit=16384", background=True)
+    proc = run_stage(host, "-e", "weights_sync_bwlimit=32768", background=True)
     killed = {}
 
     def kill_at_a_third():
