@@ -31,7 +31,6 @@ class PlaybookRun:
     stop it (check mode's diffs are long)."""
 
     def __init__(self, argv: list[str], env: dict, cwd: Path, logs: Path) -> None:
-        self.argv = argv
         self.out, self.err = logs / "stdout", logs / "stderr"
         with self.out.open("w") as out, self.err.open("w") as err:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd)

@@ -1,5 +1,5 @@
-"""What the lab's verifiers share: a command on a node, a lab.py command, and
-a client of the service through the proxy on the controller's published
+"""What the lab's verifiers share: a command on a node, a lab.py command, the
+changed counts of a playbook's recap, and a client of the service through the proxy on the controller's published
 port (nginx -> twinrail-guard -> llama-server), as the operator's account."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -27,6 +28,15 @@ def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:
 def lab(*argv: str) -> None:
     subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"),
                     *argv], check=True, capture_output=True)
+
+
+RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", re.M)
+
+
+def changed_by_host(stdout: str) -> dict[str, int]:
+    """changed= of every host in an ansible-playbook's PLAY RECAP (the
+    controller's localhost among them when a play ran there)."""
+    return {host: int(changed) for host, changed in RECAP.findall(stdout)}
 
 
 def connect(timeout: float = 120) -> http.client.HTTPSConnection:

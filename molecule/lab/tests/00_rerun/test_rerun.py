@@ -13,12 +13,13 @@ import re
 import subprocess
 from pathlib import Path
 
+from lab_client import changed_by_host
+
 testinfra_hosts = ["ansible://master"]
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 NODES = {"lab-master": "twinrail-lab-master", "lab-worker1": "twinrail-lab-worker1"}
 RAILS = ("ens1f0np0", "ens1f1np1")
-RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # a guard probing its agents and the rdma stage's pings move kilobytes; one
 # perftest or iperf3 run (5 s at the lab's >= 5 Gb/s) moves gigabytes
 QUIET_BYTES = 32 * 1024 * 1024
@@ -50,7 +51,7 @@ def test_a_noop_rerun_changes_nothing_and_measures_nothing(check_mode_run):
     after = rail_bytes()
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    recap = {m.group(1): int(m.group(2)) for m in RECAP.finditer(proc.stdout)}
+    recap = changed_by_host(proc.stdout)
     assert set(NODES) <= set(recap) and not any(recap.values()), recap
     said = re.findall(r'"msg": "(bandwidth: [^"]*)"', out)
     assert len(said) == 1 and re.match(r"bandwidth: baseline of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid", said[0]), said

@@ -6,15 +6,13 @@ runs it; this asserts it). The run is the session's `check_mode_run`
 
 from __future__ import annotations
 
-import re
-
-RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+from lab_client import changed_by_host
 
 
 def test_check_diff_on_the_converged_lab_changes_nothing(check_mode_run):
     rc, out, err = check_mode_run.result()
     assert rc == 0, (out + err)[-3000:]
-    recap = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in RECAP.finditer(out)}
+    recap = changed_by_host(out)
     assert {"lab-master", "lab-worker1"} <= set(recap)
-    changed = {h: c for h, (c, _u, _f) in recap.items() if c}
+    changed = {h: c for h, c in recap.items() if c}
     assert changed == {}, f"check mode would change: {changed}\n{out[-3000:]}"

@@ -11,9 +11,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from lab_client import changed_by_host, lab
 
 testinfra_hosts = ["ansible://master"]
 
@@ -32,12 +33,6 @@ def playbook(*argv: str) -> subprocess.CompletedProcess:
     print(f"day 2: {' '.join(Path(a).name if a.startswith('/') else a for a in argv)}: "
           f"rc {proc.returncode}, {time.monotonic() - started:.0f} s")
     return proc
-
-
-def lab(*argv: str) -> None:
-    """tools/lab.py on the lab's inventory (cut and mend a rail)."""
-    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"), *argv],
-                   check=True, capture_output=True)
 
 
 def entered_at(container: str, unit: str, state: str) -> int:
@@ -166,8 +161,8 @@ def test_rollback_puts_every_node_back_on_the_previous_deployment(host, tmp_path
     # the inventory's configuration and guard, nothing to change
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "service")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    recap = re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M)
-    assert recap and all(changed == "0" for _, changed in recap), recap
+    recap = {h: c for h, c in changed_by_host(proc.stdout).items() if h.startswith("lab-")}
+    assert recap and not any(recap.values()), recap
     assert {c: config_version(c) for c in before} == {c: before[c][0] for c in before}
 
 
@@ -306,8 +301,8 @@ def test_rollback_after_a_second_runtime_build(host):
     # above, and the service stage after a rollback in the test before)
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    recap = re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M)
-    assert recap and all(changed == "0" for _, changed in recap), recap
+    recap = {h: c for h, c in changed_by_host(proc.stdout).items() if h.startswith("lab-")}
+    assert recap and not any(recap.values()), recap
 
 
 def test_restore_a_node_then_every_stage_runs_again(host):
@@ -335,8 +330,8 @@ def test_restore_a_node_then_every_stage_runs_again(host):
     assert subprocess.run(["docker", "exec", WORKER, "sha256sum", "/etc/debian_version"],
                           capture_output=True, text=True, check=True).stdout == original
     # every stage ran again, on both nodes, to the acceptance gate
-    recap = dict(re.findall(r"^(lab-\S+)\s*:.*?changed=(\d+)", proc.stdout, re.M))
-    assert set(recap) == {"lab-master", "lab-worker1"} and int(recap["lab-worker1"]) > 0, recap
+    recap = {h: c for h, c in changed_by_host(proc.stdout).items() if h.startswith("lab-")}
+    assert set(recap) == {"lab-master", "lab-worker1"} and recap["lab-worker1"] > 0, recap
     assert "TASK [bandwidth_gate : " in proc.stdout and "TASK [acceptance : Gate the acceptance table]" in proc.stdout
     state = subprocess.run(["docker", "exec", WORKER, "systemctl", "is-active", "twinrail-agent.service"],
                            capture_output=True, text=True, check=False).stdout.strip()
