@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        lint-run unit-run molecule-run molecule bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
+        molecule bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -63,24 +63,17 @@ lab: lab-up
 	@echo "  $(VENV)/bin/python tools/lab.py cut rail0  pull a cable (mend rail0 to plug it back)"
 	@echo "  make lab-down                            remove nodes, cables and network"
 
-# lint and the unit tests beside the lab pass (tools/test_pass.sh), each
-# part's time printed, then the whole
 test: prereqs venv bundle
-	@MAKE="$(MAKE)" bash tools/test_pass.sh
+	@$(call timed,$(MAKE) --no-print-directory lint,lint)
+	@$(call timed,$(MAKE) --no-print-directory unit,unit tests)
+	@$(call timed,$(MAKE) --no-print-directory molecule,lab pass (molecule -s lab))
 
 lint: venv
-	@$(MAKE) --no-print-directory lint-run
-
-unit: venv bundle
-	@$(MAKE) --no-print-directory unit-run
-
-# the parts without their prerequisites (make test has made them)
-lint-run:
 	yamllint --strict .
 	ansible-lint
 	ansible-playbook --syntax-check -i $(INVENTORY) site.yml
 
-unit-run:
+unit: venv bundle
 	# one worker per core: the tests are independent (tmp_path, local plays)
 	python -m pytest -q -n auto tests
 
@@ -89,9 +82,6 @@ unit-run:
 # drills, day 2; each playbook prints its time (ansible.posix.timer), the
 # verifier its slowest tests. One stage alone: molecule test -s <stage>.
 molecule: prereqs venv bundle
-	@$(MAKE) --no-print-directory molecule-run
-
-molecule-run:
 	molecule test -s lab
 
 bench-converge: prereqs venv bundle
