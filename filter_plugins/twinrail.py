@@ -7,8 +7,10 @@ tests/unit/test_filters.py."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
+from pathlib import Path
 
 DOCUMENTATION = r"""
 name: twinrail
@@ -17,7 +19,7 @@ description:
   - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
     twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
-    twinrail_transport_problems.
+    twinrail_transport_problems, twinrail_tensor_split.
 """
 
 
@@ -89,15 +91,19 @@ def bandwidth_rails(plan: list[dict], results: list[dict], max_typical_us: float
     return out
 
 
-def bandwidth_aggregates(aggregates: list[dict], plan: list[dict], master: str, required_gbps: float) -> list[dict]:
-    """Per worker measured with every rail at once (first seen first): its
-    rails, the required aggregate and the results of each run."""
+def bandwidth_aggregates(aggregates: list[dict], plan: list[dict], master: str, required_gbps: float,
+                         bidir_required_gbps: float | None = None) -> list[dict]:
+    """Per worker and direction measured with every rail at once (first seen
+    first): its rails, one way or both ways, the required aggregate (both
+    ways: ``bidir_required_gbps``) and the results of each run."""
     out = []
-    for worker in dict.fromkeys(a["server"] for a in aggregates):
+    for worker, both in dict.fromkeys((a["server"], bool(a.get("bidirectional"))) for a in aggregates):
         out.append({"client": master, "server": worker,
                     "rails": [p["rail"] for p in plan if p["server"] == worker],
-                    "required_gbps": float(required_gbps),
-                    "runs": [a["results"] for a in aggregates if a["server"] == worker]})
+                    "bidirectional": both,
+                    "required_gbps": float(bidir_required_gbps if both else required_gbps),
+                    "runs": [a["results"] for a in aggregates
+                             if a["server"] == worker and bool(a.get("bidirectional")) == both]})
     return out
 
 
@@ -264,6 +270,22 @@ def api_key_digests(keys: list[dict]) -> dict:
                      for entry in sorted(keys, key=lambda e: e["name"])]}
 
 
+def _module_utils(name: str):
+    """One of the repository's module_utils, for the controller's side."""
+    path = Path(__file__).resolve().parent.parent / "module_utils" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_twinrail_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tensor_split(master: str, workers: list[str], rails: dict, port, layers, master_gpu) -> dict:
+    """The split of the layers the memory plan assumes: the --rpc list,
+    -ngl and --tensor-split (module_utils/tensor_split.py)."""
+    return _module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
+                                                     str(master_gpu).lower() in ("true", "1", "yes"))
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -283,4 +305,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_api_key_problems": api_key_problems,
             "twinrail_api_key_digests": api_key_digests,
             "twinrail_transport_problems": transport_problems,
+            "twinrail_tensor_split": tensor_split,
         }

@@ -78,6 +78,12 @@ options:
     description: Ask perftest for Gb/s (--report_gbits).
     type: bool
     default: true
+  bidirectional:
+    description:
+      - Measure both directions at once (perftest C(-b), on both sides; iperf3 C(--bidir), on the client).
+        The figure is the two directions' sum.
+    type: bool
+    default: false
   timeout:
     description: Seconds after which the program is killed, on either side.
     type: int
@@ -199,6 +205,8 @@ def build_argv(p: dict) -> list[str]:
             return argv + ["-s", "-1"]
         argv += ["-c", p["server"], "-P", str(p["qps"]), "-t", str(p["duration"] or 5),
                  "-O", "1"]
+        if p["bidirectional"]:
+            argv.append("--bidir")
         return argv
     argv = [p["test"], "-F", "-p", str(p["port"]), "-i", str(p["ib_port"])]
     if p["device"]:
@@ -221,6 +229,8 @@ def build_argv(p: dict) -> list[str]:
         argv += ["--source_ip", p["bind_address"]]
     if p["report_gbits"] and p["test"].endswith("_bw"):
         argv.append("--report_gbits")
+    if p["bidirectional"] and p["test"].endswith("_bw"):
+        argv.append("-b")
     if p["mode"] == "client":
         argv.append(p["server"])
     return argv
@@ -246,6 +256,7 @@ def main() -> None:
             "rdma_cm": {"type": "bool", "default": False},
             "bind_address": {"type": "str"},
             "report_gbits": {"type": "bool", "default": True},
+            "bidirectional": {"type": "bool", "default": False},
             "timeout": {"type": "int", "default": 120},
             "from_file": {"type": "path"},
             "min_bw_gbps": {"type": "float"},

@@ -38,7 +38,7 @@ MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
 MODEL_NUMBERS = ("params_b", "bits_per_param")
 CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
-    "twinrail_bandwidth_aggregate_min_gbps",
+    "twinrail_bandwidth_aggregate_min_gbps", "twinrail_bandwidth_bidir_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
     "twinrail_model", "twinrail_weights", "twinrail_profile")
 # a hardware profile's name (profiles/<name>.yml; the lookup names the known ones)
@@ -71,6 +71,7 @@ def _show(value) -> str:
 TWINRAIL_VARIABLES = (
     "twinrail_mgmt_address", "twinrail_rails", "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps",
     "twinrail_tcp_fallback_allowed", "twinrail_bandwidth_min_ratio", "twinrail_bandwidth_aggregate_min_gbps",
+    "twinrail_bandwidth_bidir_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
     "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
     # the lab's own (tools/lab.py, inventory/lab)
@@ -181,6 +182,15 @@ class Validator:
                 f"{host}: twinrail_bandwidth_aggregate_min_gbps: expected at most the sum of "
                 f"the rails' line rates ({len(rails)} x {rate:g} = {len(rails) * rate:g} Gb/s), "
                 f"got {aggregate!r}")
+        bidir = hv.get("twinrail_bandwidth_bidir_min_gbps")
+        if not _is_number(bidir) or bidir <= 0:
+            self.err(host, "twinrail_bandwidth_bidir_min_gbps",
+                     "a positive number of Gb/s, both directions together (e.g. 200)", bidir)
+        elif _is_number(rate) and rate > 0 and rails and bidir > 2 * len(rails) * rate:
+            self.errors.append(
+                f"{host}: twinrail_bandwidth_bidir_min_gbps: expected at most twice the sum of "
+                f"the rails' line rates (2 x {len(rails)} x {rate:g} = {2 * len(rails) * rate:g} Gb/s), "
+                f"got {bidir!r}")
         soft = hv.get("twinrail_memory_soft_watermark_pct")
         hard = hv.get("twinrail_memory_hard_watermark_pct")
         ok = True

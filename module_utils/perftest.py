@@ -191,13 +191,21 @@ def parse_iperf3(text: str) -> dict:
     intervals = data.get("intervals") or []
     received = end["sum_received"]["bits_per_second"] / 1e9
     sent = end["sum_sent"]["bits_per_second"] / 1e9
+    # --bidir: the reverse direction (server -> client) has sums of its own;
+    # the figure is both directions' received bytes together, as perftest's
+    # -b reports the sum of both directions
+    reverse = end.get("sum_received_bidir_reverse")
+    if reverse is not None:
+        received += reverse["bits_per_second"] / 1e9
+        sent += end["sum_sent_bidir_reverse"]["bits_per_second"] / 1e9
     return {
         "test": "iperf3", "transport": "tcp", "kind": "bandwidth",
         "header": {"protocol": test_start.get("protocol"),
                    "streams": test_start.get("num_streams"),
                    "duration_s": test_start.get("duration"),
                    "omit_s": test_start.get("omit"),
-                   "version": start.get("version")},
+                   "version": start.get("version"),
+                   "bidirectional": reverse is not None},
         "rows": [{"bytes": end["sum_received"].get("bytes"),
                   "bw_average_gbps": received, "bw_sent_gbps": sent}],
         "intervals": len(intervals),
@@ -302,7 +310,7 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
 
     rails: [{rail, client, server, transport, required_gbps, runs: [result...],
              latency: [result...] (rdma only), max_typical_us, max_p999_us}]
-    aggregates: [{client, server, rails, required_gbps, runs: [result...]}]
+    aggregates: [{client, server, rails, bidirectional, required_gbps, runs: [result...]}]
     counters_*: {host: {rail: {counter: value}}}
     """
     failures: list[str] = []
@@ -346,13 +354,15 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
     for agg in aggregates:
         totals = [sum(r["bw_average_gbps"] for r in run) for run in agg["runs"]]
         gated = median(totals)
+        both = bool(agg.get("bidirectional"))
         entry = {"client": agg["client"], "server": agg["server"], "rails": agg["rails"],
-                 "required_gbps": agg["required_gbps"], "bw_average_gbps": gated,
+                 "bidirectional": both, "required_gbps": agg["required_gbps"], "bw_average_gbps": gated,
                  "runs_gbps": totals, "passed": gated >= agg["required_gbps"]}
         if not entry["passed"]:
-            failures.append(f"all rails ({', '.join(agg['rails'])}) {agg['client']} -> "
-                            f"{agg['server']}: {gated:.2f} Gb/s together, required "
-                            f"{agg['required_gbps']:.2f} Gb/s")
+            way = (f"{agg['client']} <-> {agg['server']}, both directions" if both
+                   else f"{agg['client']} -> {agg['server']}")
+            failures.append(f"all rails ({', '.join(agg['rails'])}) {way}: {gated:.2f} Gb/s together, "
+                            f"required {agg['required_gbps']:.2f} Gb/s")
         report_aggregates.append(entry)
     moved = {}
     for host, by_rail in counters_after.items():

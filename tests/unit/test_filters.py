@@ -31,7 +31,8 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
-        "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems"}
+        "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
+            "twinrail_tensor_split"}
 
 
 # ------------------------------------------------------------ drift
@@ -176,14 +177,18 @@ def test_the_aggregate_per_worker_names_its_rails_and_every_run():
     p = plan(workers=["lab-worker1", "lab-worker2"],
              rails={"lab-master": RAILS, "lab-worker1": WORKER_RAILS, "lab-worker2": WORKER_RAILS},
              links={"lab-master": links(10.0), "lab-worker1": links(10.0), "lab-worker2": links(10.0)})
-    runs = [{"server": "lab-worker2", "results": [1]}, {"server": "lab-worker1", "results": [2]},
-            {"server": "lab-worker2", "results": [3]}]
-    assert filters.bandwidth_aggregates(runs, p, "lab-master", "18") == [
-        {"client": "lab-master", "server": "lab-worker2", "rails": ["rail0", "rail1"], "required_gbps": 18.0,
-         "runs": [[1], [3]]},
-        {"client": "lab-master", "server": "lab-worker1", "rails": ["rail0", "rail1"], "required_gbps": 18.0,
-         "runs": [[2]]}]
-    assert filters.bandwidth_aggregates([], p, "lab-master", 18) == []
+    runs = [{"server": "lab-worker2", "results": [1], "bidirectional": False},
+            {"server": "lab-worker2", "results": [4], "bidirectional": True},
+            {"server": "lab-worker1", "results": [2], "bidirectional": False},
+            {"server": "lab-worker2", "results": [3], "bidirectional": False}]
+    assert filters.bandwidth_aggregates(runs, p, "lab-master", "18", "30") == [
+        {"client": "lab-master", "server": "lab-worker2", "rails": ["rail0", "rail1"], "bidirectional": False,
+         "required_gbps": 18.0, "runs": [[1], [3]]},
+        {"client": "lab-master", "server": "lab-worker2", "rails": ["rail0", "rail1"], "bidirectional": True,
+         "required_gbps": 30.0, "runs": [[4]]},
+        {"client": "lab-master", "server": "lab-worker1", "rails": ["rail0", "rail1"], "bidirectional": False,
+         "required_gbps": 18.0, "runs": [[2]]}]
+    assert filters.bandwidth_aggregates([], p, "lab-master", 18, 30) == []
 
 
 # ------------------------------------------------------------ weights

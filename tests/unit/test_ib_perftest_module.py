@@ -14,7 +14,7 @@ P = FIXTURES / "perftest"
 BASE = {"test": "ib_write_bw", "mode": "client", "server": "10.100.0.2", "device": "mlx5_0",
         "ib_port": 1, "gid_index": 3, "size": None, "all_sizes": False, "qps": 1,
         "duration": None, "iterations": None, "port": 18515, "rdma_cm": False,
-        "bind_address": None, "report_gbits": True}
+        "bind_address": None, "report_gbits": True, "bidirectional": False}
 
 
 def run(args, capsys, check_mode=False):
@@ -48,6 +48,21 @@ def test_iperf3_command_lines():
     server = ib_perftest.build_argv(dict(BASE, test="iperf3", mode="server", port=5201,
                                          bind_address="198.19.0.2"))
     assert server == ["iperf3", "--json", "-p", "5201", "-B", "198.19.0.2", "-s", "-1"]
+
+
+def test_bidirectional_runs_both_ways_on_either_tool():
+    # perftest: -b on the server and the client (both must agree)
+    for mode in ("server", "client"):
+        argv = ib_perftest.build_argv(dict(BASE, mode=mode, size=1048576, duration=5, bidirectional=True))
+        assert argv.count("-b") == 1
+    # iperf3: only the client asks (--bidir); the server serves both ways
+    client = ib_perftest.build_argv(dict(BASE, test="iperf3", port=5201, duration=5, bidirectional=True,
+                                         bind_address="198.19.0.1", server="198.19.0.2"))
+    assert client[-1] == "--bidir"
+    server = ib_perftest.build_argv(dict(BASE, test="iperf3", mode="server", port=5201, bidirectional=True,
+                                         bind_address="198.19.0.2"))
+    assert "--bidir" not in server
+    assert "-b" not in ib_perftest.build_argv(dict(BASE, test="ib_write_lat", iterations=10, bidirectional=True))
 
 
 def test_check_mode_runs_nothing(capsys, monkeypatch):

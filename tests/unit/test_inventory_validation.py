@@ -229,6 +229,11 @@ BAD = [
      "line rates (2 x 200 = 400 Gb/s), got 450", 1),
     ("aggregate-missing", delvar("twinrail_bandwidth_aggregate_min_gbps"),
      "spark-a: twinrail_bandwidth_aggregate_min_gbps: expected a positive number of Gb/s", 1),
+    ("bidir-above-both-directions", setvar("twinrail_bandwidth_bidir_min_gbps", 900),
+     "spark-a: twinrail_bandwidth_bidir_min_gbps: expected at most twice the sum of the rails' "
+     "line rates (2 x 2 x 200 = 800 Gb/s), got 900", 1),
+    ("bidir-missing", delvar("twinrail_bandwidth_bidir_min_gbps"),
+     "spark-a: twinrail_bandwidth_bidir_min_gbps: expected a positive number of Gb/s, both directions", 1),
     ("watermarks-unordered", setvar("twinrail_memory_soft_watermark_pct", 95),
      "spark-a: twinrail_memory_soft_watermark_pct / twinrail_memory_hard_watermark_pct: "
      "expected soft < hard < 100, got soft 95 and hard 92", 1),

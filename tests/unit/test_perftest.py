@@ -3,6 +3,8 @@ asserting the figures its SOURCES.md lists, and the gate logic on real rows."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import FIXTURES
 
@@ -256,6 +258,20 @@ def test_iperf3_json():
         "rail1: iperf3 average 0.07 Gb/s, required 9.00 Gb/s"]
 
 
+def test_iperf3_bidir_counts_both_directions():
+    # a lab veth rail, 2 streams each way: forward 10.50 Gb/s, reverse 2.31
+    text = (FIXTURES / "lab" / "iperf3_bidir_json_P2_rail0_master_to_worker1_lab.json").read_text()
+    end = json.loads(text)["end"]
+    res = parse_iperf3(text)
+    assert res["header"]["bidirectional"] is True and res["header"]["streams"] == 2
+    assert res["bw_average_gbps"] * 1e9 == pytest.approx(
+        end["sum_received"]["bits_per_second"] + end["sum_received_bidir_reverse"]["bits_per_second"])
+    assert res["bw_average_gbps"] == pytest.approx(12.81, abs=0.01)
+    # a one-way run (the cloudpilot capture) says so
+    one_way = parse_iperf3((P / "iperf3_tcp_client_json_1stream_wan_71mbps_cloudpilot.json").read_text())
+    assert one_way["header"]["bidirectional"] is False
+
+
 def test_iperf3_error_and_garbage():
     with pytest.raises(PerftestError, match="iperf3: unable to connect to server"):
         parse_iperf3('{"start": {}, "intervals": [], "end": {}, '
@@ -319,6 +335,19 @@ def test_verdict_aggregate_sums_concurrent_rails():
     assert round(result["aggregates"][0]["bw_average_gbps"], 2) == 184.64  # 92.47 + 92.17
     assert result["failures"] == ["all rails (rail0, rail1) a -> b: 184.64 Gb/s together, "
                                   "required 200.00 Gb/s"]
+
+
+def test_verdict_bidirectional_aggregate_is_gated_on_both_directions_sum():
+    # an AMD Pollara 400G port, ib_write_bw -b with 4 QPs: 779.21 Gb/s, the
+    # two directions' sum (one direction cannot pass 400)
+    run = bw_runs("ib_write_bw_roce_400g_pollara_bidir_q4_all_gbits_client_amd_alibaba.txt")
+    agg = {"client": "a", "server": "b", "rails": ["rail0"], "bidirectional": True, "runs": [run]}
+    passed = verdict([], [{**agg, "required_gbps": 720.0}], {}, {}, 1.0)
+    assert passed["passed"] and passed["aggregates"][0]["bw_average_gbps"] == pytest.approx(779.21)
+    assert passed["aggregates"][0]["bidirectional"] is True
+    failed = verdict([], [{**agg, "required_gbps": 800.0}], {}, {}, 1.0)
+    assert failed["failures"] == ["all rails (rail0) a <-> b, both directions: 779.21 Gb/s together, "
+                                  "required 800.00 Gb/s"]
 
 
 def test_verdict_latency_tail_and_stability():

@@ -35,24 +35,34 @@ def test_report_of_the_converge_run():
         ("rail0", "tcp", 5.0), ("rail1", "tcp", 5.0)]
     for rail in report["rails"]:
         assert len(rail["runs_gbps"]) == 3 and rail["bw_average_gbps"] >= 5.0
-    (agg,) = report["aggregates"]
-    assert agg["rails"] == ["rail0", "rail1"] and agg["bw_average_gbps"] >= 10.0
+    # both rails at once, one way and both ways (iperf3 --bidir: the sum)
+    one_way, both_ways = report["aggregates"]
+    assert (one_way["bidirectional"], both_ways["bidirectional"]) == (False, True)
+    for agg in (one_way, both_ways):
+        assert agg["rails"] == ["rail0", "rail1"] and agg["bw_average_gbps"] >= 10.0
+        assert len(agg["runs_gbps"]) == 3 and agg["required_gbps"] == 10.0
+    print(f"all rails: {one_way['bw_average_gbps']:.2f} Gb/s one way, "
+          f"{both_ways['bw_average_gbps']:.2f} Gb/s both ways")
     assert report["counters_moved"] == {}
     readable = (LATEST / "bandwidth.md").read_text()
     assert "Verdict: **PASS**" in readable and "| rail1 | lab-master -> lab-worker1 | tcp |" \
         in readable
+    assert "| lab-master -> lab-worker1 | both ways (sum) | rail0, rail1 |" in readable
 
 
 def test_an_impossible_threshold_fails_with_measured_and_required(host):
     kept = os.readlink(LATEST)
     try:
         proc = run_stage(host, "-e", "bandwidth_gate_min_ratio=1.0",
-                         "-e", "bandwidth_gate_aggregate_min_gbps=20000", "-e",
+                         "-e", "bandwidth_gate_aggregate_min_gbps=20000",
+                         "-e", "bandwidth_gate_bidir_min_gbps=40000", "-e",
                          "bandwidth_gate_repeats=1")
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, out[-3000:]
         assert "all rails (rail0, rail1) lab-master -> lab-worker1: " in out
         assert "Gb/s together, required 20000.00 Gb/s" in out
+        assert "all rails (rail0, rail1) lab-master <-> lab-worker1, both directions: " in out
+        assert "Gb/s together, required 40000.00 Gb/s" in out
         assert os.readlink(LATEST) != kept  # the failed run is the newest report
         report = json.loads((LATEST / "bandwidth.json").read_text())
         assert report["passed"] is False

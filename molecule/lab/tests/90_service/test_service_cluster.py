@@ -1,6 +1,8 @@
 """The service seen from the controller: a chat answer across both nodes,
-every worker holding its share, a killed worker process and the cluster
-coming back by itself (timed), and a bad input refused with nothing changed."""
+every worker holding its share (the memory plan's split, read back from
+llama-server's own log), a wrong split caught by the gate, a killed worker
+process and the cluster coming back by itself (timed), and a bad input
+refused with nothing changed."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -62,6 +65,56 @@ def test_the_worker_holds_its_share_of_the_model(host):
     model = int(node(MASTER, "stat", "-Lc", "%s", "/srv/twinrail/models/smollm2-135m-instruct/"
                      "current/SmolLM2-135M-Instruct.Q4_1.gguf").stdout)
     assert len(rss) == 2 and sum(int(r) * 1024 for r in rss) > model * 0.05
+
+
+def _split() -> tuple[list[str], dict]:
+    """llama-server's command line and its loader's buffers per node, from
+    the journal of the unit's current start (module_utils/tensor_split.py)."""
+    sys.path.insert(0, str(PROJECT / "module_utils"))
+    from tensor_split import measured_shares, parse_buffers  # pylint: disable=import-outside-toplevel
+    argv = node(MASTER, "ps", "-C", "llama-server", "-o", "args=").stdout.split()
+    invocation = node(MASTER, "systemctl", "show", "-p", "InvocationID", "--value",
+                      "twinrail-llama.service").stdout.strip()
+    journal = node(MASTER, "journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}").stdout
+    devices = {"198.19.0.2:50052": "lab-worker1", "198.19.1.2:50052": "lab-worker1"}
+    return argv, measured_shares(parse_buffers(journal)["buffers"], devices, "lab-master")
+
+
+def test_llama_server_runs_the_memory_plans_split(host):
+    """Each node half (two nodes): the master's CPU its first 15 of 30
+    layers (-ngl 16), the worker's two RPC servers the rest, half each."""
+    argv, measured = _split()
+    assert argv[argv.index("-ngl") + 1] == "16"
+    assert argv[argv.index("--tensor-split") + 1] == "0.5,0.5"
+    shares = {host: round(node["share"], 3) for host, node in measured["nodes"].items()}
+    print(f"measured shares of llama-server's buffers: {shares}")
+    # the gate's bound: 10 % of the share plus one of 31 layers
+    assert set(shares) == {"lab-master", "lab-worker1"}
+    assert all(abs(share - 0.5) <= 0.05 + 1 / 31 for share in shares.values()), shares
+
+
+def test_a_split_the_runtime_cannot_place_fails_the_gate_naming_the_node(host):
+    """A GPU named for a master that has none (a profile the runtime does not
+    match): the plan keeps half for a device llama.cpp never gets, every
+    layer lands on the worker, and the split gate says so; the stage run
+    right after mends it."""
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    base = ["ansible-playbook", "-i", host.backend.ansible_inventory, str(PROJECT / "site.yml"), "--tags", "service"]
+    try:
+        proc = subprocess.run(base + ["-e", "inference_service_master_gpu=true"], capture_output=True, text=True,
+                              env=env, timeout=600, check=False)
+        text = " ".join(re.sub(r"\\\n\s*(\\ )?", "", proc.stdout + proc.stderr).split())
+        assert proc.returncode != 0, text[-2000:]
+        assert ("service: lab-master: step 3 (master, cluster mode): the split of the layers is not the memory "
+                "plan's: lab-master: planned 50.0% of the model and KV cache, measured") in text, text[-2000:]
+        argv, measured = _split()
+        assert argv[argv.index("--tensor-split") + 1] == "0.25,0.25,0.5"
+        assert measured["nodes"]["lab-worker1"]["share"] > 0.8
+    finally:
+        mend = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert mend.returncode == 0, mend.stdout[-3000:]
+    argv, _ = _split()
+    assert argv[argv.index("--tensor-split") + 1] == "0.5,0.5"
 
 
 def test_a_killed_worker_process_and_the_way_back(host):

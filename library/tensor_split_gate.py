@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Split gate: does every node hold the share of the layers the plan gave it?"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: tensor_split_gate
+short_description: Check that llama-server placed every node's planned share of the model
+description:
+  - Reads the journal of llama-server's unit since it last started (its
+    invocation id) and adds up, per node, the buffers llama.cpp's loader
+    reports (C(model buffer size), C(KV buffer size), C(RS buffer size)),
+    an RPC server's by its endpoint, the CPU's and local GPU's the master's.
+  - Fails when a node's share of them is off its planned share by more
+    than O(tolerance) of it plus one layer's worth, naming the node, the
+    planned and the measured share; or when the loader failed (its error
+    line); or when the unit was started in this run and its journal holds
+    no buffer lines. A server running since an earlier run whose journal
+    no longer holds them (rotated) gets a warning. Reads only.
+version_added: "0.1.0"
+author: twinrail developers
+options:
+  plan:
+    description: The split (the twinrail_tensor_split filter's result) with master, nodes, devices and layers.
+    type: dict
+    required: true
+  tolerance:
+    description: How far a node's share may be from its planned share, as a fraction of it (one layer's worth is added).
+    type: float
+    default: 0.1
+  started:
+    description: Whether the unit was (re)started in this run (its buffer lines must be in the journal).
+    type: bool
+    default: true
+  unit:
+    description: llama-server's unit.
+    type: str
+    default: twinrail-llama.service
+attributes:
+  check_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Gate the split
+  tensor_split_gate:
+    plan: "{{ __service_split }}"
+    tolerance: 0.1
+"""
+
+RETURN = r"""
+nodes:
+  description: Per node, the planned share, the measured share and bytes.
+  returned: always
+  type: dict
+lines:
+  description: Per node, planned and measured, in words.
+  returned: always
+  type: list
+  elements: str
+total_bytes:
+  description: All buffers the loader reported.
+  returned: always
+  type: int
+buffers:
+  description: The loader's buffers (device, kind, bytes) in log order.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.tensor_split import MIB, measured_shares, parse_buffers, split_problems
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"plan": {"type": "dict", "required": True},
+                                          "tolerance": {"type": "float", "default": 0.1},
+                                          "started": {"type": "bool", "default": True},
+                                          "unit": {"type": "str", "default": "twinrail-llama.service"}},
+                           supports_check_mode=True)
+    plan, unit = module.params["plan"], module.params["unit"]
+    master = plan["master"]
+    where = f"service: {master}: step 3 (master, cluster mode): the split of the layers"
+    systemctl, journalctl = module.get_bin_path("systemctl", True), module.get_bin_path("journalctl", True)
+    rc, invocation, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
+    invocation = invocation.strip() if rc == 0 else ""
+    if not invocation:
+        module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {err.strip()[-200:]}")
+    rc, text, err = module.run_command([journalctl, "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
+    if rc != 0:
+        module.fail_json(msg=f"{where}: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
+    log = parse_buffers(text)
+    if log["error"]:
+        module.fail_json(msg=f"{where}: llama-server failed to load the model: {log['error']}")
+    if not log["buffers"]:
+        if module.params["started"]:
+            module.fail_json(msg=f"{where}: {unit} started in this run but its journal has no buffer lines "
+                                 "(load_tensors: ... model buffer size); cannot tell where the layers went")
+        module.warn(f"{where}: {unit} has run since an earlier run and its journal no longer holds the "
+                    "loader's buffer lines (rotated): the split was checked when it started")
+        module.exit_json(changed=False, nodes={}, total_bytes=0, buffers=[],
+                         lines=["the loader's buffer lines are no longer in the journal (rotated)"])
+    measured = measured_shares(log["buffers"], plan["devices"], master)
+    nodes = {host: {"planned": planned, "measured": round(measured["nodes"].get(host, {}).get("share", 0.0), 4),
+                    "bytes": measured["nodes"].get(host, {}).get("bytes", 0)}
+             for host, planned in plan["nodes"].items()}
+    lines = [f"{host}: planned {node['planned']:.1%}, measured {node['measured']:.1%} "
+             f"({node['bytes'] / MIB:.1f} MiB of llama-server's buffers)" for host, node in nodes.items()]
+    problems = split_problems(plan, measured, module.params["tolerance"])
+    if problems:
+        module.fail_json(msg=f"{where} is not the memory plan's: " + "; ".join(problems),
+                         nodes=nodes, total_bytes=measured["total_bytes"], buffers=log["buffers"], lines=lines)
+    module.exit_json(changed=False, nodes=nodes, total_bytes=measured["total_bytes"], buffers=log["buffers"],
+                     lines=lines)
+
+
+if __name__ == "__main__":
+    main()
