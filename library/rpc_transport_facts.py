@@ -50,20 +50,17 @@ rails:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.rpc_transport import parse_log, transport_verdict
+from ansible.module_utils.unit_journal import since_start
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec={"rails": {"type": "list", "elements": "dict", "required": True}},
                            supports_check_mode=True)
-    systemctl, journalctl = module.get_bin_path("systemctl", True), module.get_bin_path("journalctl", True)
     out = []
     for rail in module.params["rails"]:
         address = str(rail["address"]).split("/")[0]
         unit = f"twinrail-rpc@{address}.service"
-        rc, invocation, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
-        invocation = invocation.strip() if rc == 0 else ""
-        match = [f"_SYSTEMD_INVOCATION_ID={invocation}"] if invocation else ["-u", unit, "-n", "500"]
-        rc, text, err = module.run_command([journalctl, "--no-pager", "-o", "cat", *match])
+        _, rc, text, err = since_start(module, unit, fallback_lines=500)
         if rc != 0:
             module.fail_json(msg=f"service: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
         log = parse_log(text)

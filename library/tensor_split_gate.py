@@ -73,6 +73,7 @@ buffers:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.tensor_split import MIB, measured_shares, parse_buffers, split_problems
+from ansible.module_utils.unit_journal import since_start
 
 
 def main() -> None:
@@ -84,12 +85,9 @@ def main() -> None:
     plan, unit = module.params["plan"], module.params["unit"]
     master = plan["master"]
     where = f"service: {master}: step 3 (master, cluster mode): the split of the layers"
-    systemctl, journalctl = module.get_bin_path("systemctl", True), module.get_bin_path("journalctl", True)
-    rc, invocation, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
-    invocation = invocation.strip() if rc == 0 else ""
+    invocation, rc, text, err = since_start(module, unit)
     if not invocation:
         module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {err.strip()[-200:]}")
-    rc, text, err = module.run_command([journalctl, "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}"])
     if rc != 0:
         module.fail_json(msg=f"{where}: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
     log = parse_buffers(text)
