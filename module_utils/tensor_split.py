@@ -55,7 +55,8 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
 
     ``workers`` in the --rpc order; ``rails``: host -> twinrail_rails.
     Returns ``endpoints`` (the --rpc list), ``gpu_layers`` (-ngl),
-    ``tensor_split`` (the -ts proportions), ``nodes`` (host -> planned
+    ``tensor_split`` (the -ts proportions), ``guard_workers`` (the
+    guard's host@address=rail list, in --rpc order), ``nodes`` (host -> planned
     share), ``devices`` (endpoint or GPU -> host) and ``lines``."""
     layers = int(layers)
     if layers < 1:
@@ -64,14 +65,16 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
         raise ValueError("the split needs at least one worker in the group workers")
     nodes = [master] + list(workers)
     share = 1 / len(nodes)
-    endpoints, devices, proportions = [], {}, []
+    endpoints, devices, proportions, guard_workers = [], {}, [], []
     for worker in workers:
         worker_rails = rails[worker]
         if not worker_rails:
             raise ValueError(f"{worker}: twinrail_rails: expected at least one rail, got none")
-        for rail in worker_rails:
-            endpoint = f"{str(rail['address']).split('/', 1)[0]}:{int(port)}"
+        for index, rail in enumerate(worker_rails):
+            address = str(rail['address']).split('/', 1)[0]
+            endpoint = f"{address}:{int(port)}"
             endpoints.append(endpoint)
+            guard_workers.append(f"{worker}@{address}={rail.get('name') or f'rail{index}'}")
             devices[endpoint] = worker
             proportions.append(share / len(worker_rails))
     lines = [f"{len(nodes)} node(s), each {share:.1%} of the weights and KV cache (the memory plan's share)"]
@@ -93,6 +96,7 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
         lines.append(f"{worker}: {share:.1%} over {count} RPC server(s), {share / count:.1%} each")
     lines.append("--tensor-split " + ",".join(f"{p:g}" for p in split))
     return {"master": master, "endpoints": endpoints, "gpu_layers": gpu_layers, "tensor_split": split,
+            "guard_workers": guard_workers,
             "nodes": {host: round(share, 6) for host in nodes}, "devices": devices,
             "layers": layers, "master_gpu": bool(master_gpu), "lines": lines}
 

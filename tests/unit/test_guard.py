@@ -195,7 +195,7 @@ def cluster(monkeypatch):
     guard = guard_proxy.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
                             soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=1.0,
                             restart_grace=60)
-    monkeypatch.setattr(guard, "kill_llama", lambda: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
+    monkeypatch.setattr(guard, "kill_llama", lambda *_: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     proxy, proxy_port = serve(guard_proxy.make_proxy_handler(guard))

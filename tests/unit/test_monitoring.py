@@ -67,7 +67,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 15 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 16 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -107,6 +107,31 @@ def test_a_lost_worker_fires_after_alert_for_and_not_before(tmp_path):
     # the test itself can fail: the same alert expected 5 s too early is refused
     early = rule_test(tmp_path, rules, [{"series": up, "values": "1 1 0 0 0 0 0"}],
                       [{"eval_time": "15s", "alertname": "TwinrailWorkerLost", "exp_alerts": firing}])
+    assert early.returncode != 0
+
+
+def test_a_rail_left_out_is_serving_on_fewer_rails_not_a_lost_worker(tmp_path):
+    """The guard serves on rail0 while rail1 stays cut: its worker_up is 0
+    but it no longer serves; WorkerLost stays quiet, the warning fires."""
+    rules = render_rules(tmp_path, **LAB)
+    rail1 = f'{WORKER}, host="lab-worker1", address="198.19.1.2"'
+    series = [{"series": f"twinrail_guard_worker_up{{{rail1}}}", "values": "1 0x10"},
+              {"series": f'twinrail_guard_worker_serving{{{rail1}, rail="rail1"}}', "values": "1 1 1 0x8"}]
+    fewer = [{"exp_labels": {"severity": "warning", "host": "lab-worker1", "address": "198.19.1.2", "rail": "rail1",
+                             "instance": "127.0.0.1:8081", "job": "guard", "node": "lab-master"},
+              "exp_annotations": {
+                  "summary": "lab-worker1 rail1 (198.19.1.2) is left out: serving on fewer rails",
+                  "description": "The guard restarted llama-server without lab-worker1's rail1, down longer than "
+                                 "inference_service_degrade_after; the worker's other rails carry its share. The "
+                                 "guard takes it back once it is healthy for inference_service_restore_after. "
+                                 "twinrail status says degraded."}}]
+    result = rule_test(tmp_path, rules, series,
+                       [{"eval_time": "40s", "alertname": "TwinrailWorkerLost", "exp_alerts": []},
+                        {"eval_time": "40s", "alertname": "TwinrailServingOnFewerRails", "exp_alerts": fewer}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # while it still serves (the first 10 s of the cut), it is a lost worker: the same test expecting none fails
+    early = rule_test(tmp_path, rules, series[:1] + [{"series": series[1]["series"], "values": "1x10"}],
+                      [{"eval_time": "40s", "alertname": "TwinrailWorkerLost", "exp_alerts": []}])
     assert early.returncode != 0
 
 

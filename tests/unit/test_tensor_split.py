@@ -51,6 +51,9 @@ def test_a_cpu_master_keeps_its_first_layers_and_the_workers_split_the_rest():
     assert plan["gpu_layers"] == 21
     assert plan["tensor_split"] == [0.25, 0.25, 0.25, 0.25]
     assert plan["endpoints"] == ["198.19.0.2:50052", "198.19.1.2:50052", "198.19.0.3:50052", "198.19.1.3:50052"]
+    # the guard's --workers, in the same order, each rail named (serving on fewer rails names them)
+    assert plan["guard_workers"] == ["w1@198.19.0.2=rail0", "w1@198.19.1.2=rail1", "w2@198.19.0.3=rail0",
+                                     "w2@198.19.1.3=rail1"]
     assert "GPU" not in plan["devices"]
     assert plan["nodes"] == {"m": pytest.approx(1 / 3), "w1": pytest.approx(1 / 3), "w2": pytest.approx(1 / 3)}
 

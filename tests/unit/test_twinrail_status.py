@@ -107,6 +107,22 @@ def test_a_cut_rail_is_health_err_naming_the_rail(cluster):
     assert status.CODES[result["health"]] == 2
 
 
+def test_serving_on_fewer_rails_warns_and_says_which(cluster):
+    """The guard's status while rail1 is left out, as it reports it (its
+    'degraded' and each rail's 'serving'), in the converged lab's probe."""
+    probes = copy.deepcopy(PROBES)
+    guard = json.loads(probes["lab-master"]["guard"]["body"])
+    assert guard.get("degraded") is None  # the capture: every rail serves
+    assert "DEGRADED" not in status.render(judged(cluster, probes))
+    guard["degraded"] = "serving on rail0 only (lab-worker1 rail1 (198.19.1.2) left out)"
+    probes["lab-master"]["guard"]["body"] = json.dumps(guard)
+    result = judged(cluster, probes)
+    assert {"severity": "WARN", "node": "lab-master", "what": "service",
+            "message": f"service degraded: {guard['degraded']}"} in result["checks"]
+    assert result["service"]["degraded"] == guard["degraded"] and result["health"] != "HEALTH_OK"
+    assert f"available, DEGRADED: {guard['degraded']}" in status.render(result)
+
+
 def test_a_stopped_rpc_server_and_an_unreachable_node(cluster):
     probes = copy.deepcopy(PROBES)
     probes["lab-worker1"]["units"]["twinrail-rpc@198.19.0.2.service"]["ActiveState"] = "failed"

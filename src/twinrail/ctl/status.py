@@ -166,7 +166,7 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
                "decode_tps": _metric(metrics, "llamacpp:predicted_tokens_seconds"),
                "requests_processing": _metric(metrics, "llamacpp:requests_processing"),
                "requests_deferred": _metric(metrics, "llamacpp:requests_deferred"),
-               "tokens_per_s_1m": None, "alerts": None}
+               "tokens_per_s_1m": None, "alerts": None, "degraded": guard.get("degraded")}
     prometheus = master_probe.get("prometheus")
     if prometheus:
         service["tokens_per_s_1m"], service["alerts"] = last_minute(prometheus)
@@ -179,6 +179,8 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
                                                          f"({master_probe.get('guard', {}).get('error', 'no status')})")
         elif not guard.get("available"):
             check("ERR", cluster.master.name, "service", f"service unavailable: {guard.get('reason')}")
+        if guard.get("degraded"):
+            check("WARN", cluster.master.name, "service", f"service degraded: {guard['degraded']}")
         if proxy.get("status") is None:
             check("ERR", cluster.master.name, "proxy", f"{cluster.master.name}: the proxy does not answer on port "
                                                        f"{s['inference_service_proxy_port']} ({proxy.get('error')})")
@@ -244,6 +246,8 @@ def render(status: dict) -> str:
     lines.append("service")
     state = ("available" if svc["available"] else "unknown: the master's guard was not read"
              if svc["available"] is None else f"UNAVAILABLE: {svc['reason']}")
+    if svc.get("degraded"):
+        state += f", DEGRADED: {svc['degraded']}"
     if svc.get("tokens_per_s_1m") is not None:
         rate = f"{svc['tokens_per_s_1m']:.1f} tokens/s over the last minute (Prometheus)"
     else:

@@ -1,20 +1,52 @@
 """The agent on each worker: GET /status on every rail address, with the
-state of the RPC server bound to that address and the node's memory."""
+state of the RPC server bound to that address and the node's memory;
+POST /rpc/restart on a rail address restarts the RPC server bound to it
+(the master's guard asks before it serves on that rail again)."""
 
 from __future__ import annotations
 
 import http.server
+import os
+import signal
 import socket
 import threading
+import time
 
 from twinrail.guard.memory import node_memory
 from twinrail.guard.procs import rpc_server_state
 from twinrail.guard.web import _JSONHandler, log
 
+
 def agent_status(addresses: list[str], rpc_port: int) -> dict:
     rpc = [rpc_server_state(a, rpc_port) for a in addresses]
     return {"host": socket.gethostname(), "memory": node_memory(), "rpc": rpc,
             "ok": all(r["ok"] for r in rpc)}
+
+
+def restart_rpc(address: str, rpc_port: int, wait: float = 25.0, proc: str = "/proc") -> dict:
+    """SIGKILL the RPC server bound to ``address`` (the same account: no
+    privilege) and wait until another one listens there (its unit's
+    Restart=always starts it). A server killed while the rail was cut
+    still holds that llama-server's connection, and takes one client at a
+    time: a new llama-server would wait behind it forever."""
+    before = rpc_server_state(address, rpc_port, proc)
+    old = before.get("pid")
+    if old:
+        try:
+            os.kill(old, signal.SIGKILL)
+        except OSError as exc:
+            return {"address": address, "ok": False, "problem": f"ggml-rpc-server (pid {old}): {exc}"}
+    deadline = time.monotonic() + wait
+    while True:
+        state = rpc_server_state(address, rpc_port, proc)
+        if state["ok"] and state.get("pid") != old:
+            return {"address": address, "ok": True, "old_pid": old, "pid": state["pid"]}
+        if time.monotonic() >= deadline:
+            return {"address": address, "ok": False, "old_pid": old,
+                    "problem": f"no new ggml-rpc-server listens on {address}:{rpc_port} {wait:g} s after "
+                               f"{'pid ' + str(old) + ' was killed' if old else 'none was found'}: "
+                               f"{state.get('problem')}"}
+        time.sleep(0.25)
 
 
 def run_agent(args) -> None:
@@ -23,9 +55,19 @@ def run_agent(args) -> None:
     class Handler(_JSONHandler):
         def do_GET(self):
             if self.path != "/status":
-                self.send_json(404, {"error": "GET /status"})
+                self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
                 return
             self.send_json(200, agent_status(addresses, args.rpc_port))
+
+        def do_POST(self):
+            if self.path != "/rpc/restart":
+                self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
+                return
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            address = self.connection.getsockname()[0]  # the rail it was asked over
+            result = restart_rpc(address, args.rpc_port)
+            log(f"agent: restart of the RPC server on {address} asked by {self.client_address[0]}: {result}")
+            self.send_json(200 if result["ok"] else 500, result)
 
     servers = []
     for address in addresses:

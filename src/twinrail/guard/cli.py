@@ -1,6 +1,7 @@
 """twinrail-guard's command line. Every setting is given by the caller (the
 service role's units pass each one from the role's defaults): no default
-lives here."""
+lives here. The options of serving on fewer rails go together; left out,
+every rail always serves (their defaults say "off", nothing else)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,24 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--keys", required=True, help="the API keys' digests (JSON); '' for none")
     proxy.add_argument("--queue-max", type=int, required=True,
                        help="requests waiting for a slot at most, past it 429; -1 for no cap")
+    # serving on fewer rails (rails.py): all four, or none (every rail always serves)
+    proxy.add_argument("--rpc-servers", default="", help="llama-server's --rpc list (the configuration's)")
+    proxy.add_argument("--split", default="", help="its --tensor-split proportions (the configuration's)")
+    proxy.add_argument("--degrade-after", type=float, default=0.0,
+                       help="s a rail stays down before llama-server is restarted without it (0: never)")
+    proxy.add_argument("--restore-after", type=float, default=0.0,
+                       help="s a rail left out stays healthy before every rail serves again")
+    proxy.add_argument("--override", default=None,
+                       help="the environment file llama-server's unit reads after its configuration")
     transport = sub.add_parser("transport", help="on a worker: write each RPC server's transport for node_exporter")
     transport.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
     transport.add_argument("--out", required=True, help="the .prom file in node_exporter's textfile directory")
     sub.add_parser("memory", help="print the node's memory as JSON")
     args = parser.parse_args(argv)
+    if args.command == "proxy":
+        given = [bool(args.rpc_servers), bool(args.split), args.degrade_after > 0, bool(args.override)]
+        if any(given) and not all(given):
+            parser.error("--rpc-servers, --split, --degrade-after (> 0) and --override go together")
     if args.command == "agent":
         run_agent(args)
     elif args.command == "proxy":

@@ -5,7 +5,7 @@ prometheus_client's parser).
 
 What the monitoring stage scrapes from ``GET /twinrail/metrics`` on the
 master's loopback: each worker rail's state (up / stopped / gone /
-silent), the refusals by reason, every node's memory against the
+silent) and whether it serves (degraded: a rail left out), the refusals by reason, every node's memory against the
 watermarks (the same figures the watermarks use), the requests generating
 and queued, and the KV cache held by llama-server's slots (current
 llama.cpp has no KV-cache gauge of its own: it is read from ``/slots``).
@@ -119,6 +119,14 @@ def render(status: dict, refusals: dict[str, int], kv: dict | None) -> str:
                 for w in workers for state in WORKER_STATES])
     out.family("twinrail_guard_worker_up", "gauge", "1 when the worker rail's RPC server is up",
                [({"host": w["host"], "address": w["address"]}, not w.get("problem")) for w in workers])
+    out.family("twinrail_guard_worker_serving", "gauge",
+               "1 when llama-server uses the worker rail's RPC server now (0: left out while it is down, "
+               "the worker's other rails carry its share)",
+               [({"host": w["host"], "address": w["address"], "rail": w.get("rail") or ""}, w.get("serving", True))
+                for w in workers])
+    out.family("twinrail_guard_degraded", "gauge",
+               "1 when the service runs on fewer rails than configured (a rail left out)",
+               [({}, bool(status.get("degraded")))])
     out.family("twinrail_guard_available", "gauge",
                "1 when the guard passes new requests to llama-server (every worker up, memory under the "
                "soft watermark)", [({}, bool(status["available"]))])

@@ -1,7 +1,8 @@
 """The proxy on the master, between nginx and llama-server: who may ask
 what (API keys, the operators' accounts: access.py), the cluster's state
 from every worker's agent, 503s when a worker is lost, the restart of a
-hung llama-server, the memory watermarks, a bounded queue (429 past it).
+hung llama-server, the memory watermarks, a bounded queue (429 past it),
+serving on a worker's other rails when one stays down (rails.py).
 Every answer of its own is JSON in the OpenAI API's error shape."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import signal
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 
-from twinrail.guard import access, metrics
+from twinrail.guard import access, metrics, rails as rails_mod
 from twinrail.guard.memory import node_memory
 from twinrail.guard.procs import find_processes
 from twinrail.guard.web import _JSONHandler, error_body, log
@@ -29,7 +31,10 @@ class Guard:
     def __init__(self, workers: list[tuple[str, str]], agent_port: int, upstream: tuple[str, int],
                  soft: float, hard: float, slots: int, *, interval: float,
                  grace: float, probe_timeout: float, restart_grace: float,
-                 keys: access.Keys | None = None, queue_max: int | None = None):
+                 keys: access.Keys | None = None, queue_max: int | None = None,
+                 rails: list[rails_mod.Rail] | None = None, master_share: float | None = None,
+                 degrade_after: float = 0.0, restore_after: float = 30.0, override: str | None = None,
+                 drain_limit: float = 60.0):
         self.workers = workers  # (host, rail address)
         self.agent_port = agent_port
         self.upstream = upstream
@@ -50,6 +55,22 @@ class Guard:
         self.last_kill = 0.0
         self.events: list[dict] = []
         self.refusals: dict[str, int] = {}  # by metrics.REFUSAL_REASONS
+        # serving on fewer rails (rails.py): without rails, every worker rail serves, always
+        self.rails = rails or []
+        self.master_share = master_share
+        self.degrade_after, self.restore_after = degrade_after, restore_after
+        self.override = override
+        self.drain_limit = drain_limit  # s a return to every rail waits for requests in flight
+        self.problem_since: dict[str, float] = {}
+        self.healthy_since: dict[str, float] = {}
+        self.serving = {address for _, address in workers}
+        if self.rails and override:
+            kept = rails_mod.read_override(override, self.rails)
+            if kept is not None:  # a guard restarted while serving on fewer rails goes on from there
+                self.serving = kept
+        self.switching: str | None = None  # a change of rails waiting for requests to end
+        self.switch_wait_since: float | None = None
+        self.next_switch = 0.0
 
     # ---- state
     def event(self, kind: str, detail: str) -> None:
@@ -70,15 +91,46 @@ class Guard:
                 worst = ("soft", detail)
         return worst
 
+    def serving_problems(self) -> dict[str, str]:
+        """The problems of the rails llama-server uses now (a rail left
+        out is no reason to refuse)."""
+        with self.lock:
+            return {a: p for a, p in self.worker_problems.items() if a in self.serving}
+
+    def degraded(self) -> str | None:
+        """"serving on rail0 only (...)", or None."""
+        with self.lock:
+            serving = set(self.serving)
+        return rails_mod.describe(self.rails, serving)
+
+    def may_degrade(self, problems: dict[str, str]) -> bool:
+        """Whether leaving out these rails would let the service go on: each
+        has a sibling rail on its worker that serves and has no problem."""
+        if not self.rails or self.degrade_after <= 0:
+            return False
+        with self.lock:
+            serving = set(self.serving)
+        by_address = {r.address: r for r in self.rails}
+        return all(a in by_address and any(r.host == by_address[a].host and r.address in serving
+                                           and r.address not in problems for r in self.rails)
+                   for a in problems)
+
     def refusal(self, queued: bool = False) -> str | None:
         """Why a request must get a 503 now, or None."""
+        problems = self.serving_problems()
         with self.lock:
-            problems = dict(self.worker_problems)
             needs_probe, llama_problem = self.needs_probe, self.llama_problem
+            switching = self.switching
         if problems:
-            return "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
+            reason = "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
+            if self.may_degrade(problems):
+                reason += (f" (the service goes on over the worker's other rail(s) if this lasts "
+                           f"{self.degrade_after:g} s)")
+            return reason
         if needs_probe:
             return f"recovering: {llama_problem}"
+        if switching and not queued:
+            return f"recovering: {switching}"
         level, detail = self.memory_level()
         if level == "hard":
             return (f"memory above the hard watermark, {'queued request failed' if queued else 'request refused'}: "
@@ -89,8 +141,7 @@ class Guard:
 
     def abort_reason(self) -> str | None:
         """Why in-flight requests must end now (a worker is gone), or None."""
-        with self.lock:
-            problems = dict(self.worker_problems)
+        problems = self.serving_problems()
         if problems:
             return "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
         return None
@@ -98,9 +149,12 @@ class Guard:
     def status(self) -> dict:
         level, detail = self.memory_level()
         with self.lock:
+            names = {r.address: r.name for r in self.rails}
             return {"available": self.refusal() is None, "reason": self.refusal(),
-                    "workers": [{"host": h, "address": a, "problem": self.worker_problems.get(a)}
+                    "workers": [{"host": h, "address": a, "rail": names.get(a), "serving": a in self.serving,
+                                 "problem": self.worker_problems.get(a)}
                                 for h, a in self.workers],
+                    "degraded": rails_mod.describe(self.rails, self.serving),
                     "memory": self.memory, "memory_level": level, "memory_detail": detail,
                     "active": self.active, "waiting": self.waiting, "queue_max": self.queue_max,
                     "slots": self.limit(), "soft": self.soft, "hard": self.hard,
@@ -202,7 +256,14 @@ class Guard:
             back = sorted(set(self.worker_problems) - set(problems))
             gone = dict(self.worker_problems)
             self.worker_problems = problems
-            if lost:
+            for _, address in self.workers:
+                if address in problems:
+                    self.problem_since.setdefault(address, now)
+                    self.healthy_since.pop(address, None)
+                else:
+                    self.healthy_since.setdefault(address, now)
+                    self.problem_since.pop(address, None)
+            if set(lost) & self.serving:
                 self.needs_probe = True
                 self.llama_problem = "waiting for llama-server after the worker came back"
                 self.lock.notify_all()
@@ -229,11 +290,11 @@ class Guard:
         finally:
             conn.close()
 
-    def kill_llama(self) -> None:
+    def kill_llama(self, why: str = "hung after the workers came back") -> None:
         for process in find_processes("llama-server"):
             try:
                 os.kill(process["pid"], signal.SIGKILL)
-                self.event("restart", f"llama-server (pid {process['pid']}) hung after the workers came back: "
+                self.event("restart", f"llama-server (pid {process['pid']}) {why}: "
                                       "killed, systemd starts it again once every worker answers")
             except OSError as exc:
                 self.event("restart failed", f"llama-server (pid {process['pid']}): {exc}")
@@ -244,8 +305,11 @@ class Guard:
             started = time.monotonic()
             self.memory[socket.gethostname()] = node_memory()
             self.check_workers()
+            if self.rails:
+                self.reroute()
+            workers_ok = not self.serving_problems()
             with self.lock:
-                workers_ok, needs_probe = not self.worker_problems, self.needs_probe
+                needs_probe = self.needs_probe
             if workers_ok and needs_probe:
                 problem = self.probe()
                 with self.lock:
@@ -255,11 +319,80 @@ class Guard:
                     else:
                         self.llama_problem = f"llama-server: {problem}"
                 if problem is None:
-                    self.event("available", "llama-server answers and every worker is up")
+                    degraded = self.degraded()
+                    self.event("available", f"llama-server answers, {degraded}" if degraded
+                               else "llama-server answers and every worker is up")
                 elif problem == "hung" and workers_ok \
                         and time.monotonic() - self.last_kill > self.restart_grace:
                     self.kill_llama()
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    # ---- serving on fewer rails
+    def restart_rpc(self, address: str) -> str | None:
+        """Ask the worker's agent, over the rail, to restart the RPC server
+        on it (it may hold the connection of a llama-server killed while the
+        rail was cut: a one-client server never sees that end). None when
+        a new one listens."""
+        request = urllib.request.Request(f"http://{address}:{self.agent_port}/rpc/restart", data=b"{}",
+                                         method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return f"its agent answered {exc.code}: {exc.read().decode(errors='replace')[:200]}"
+        except (OSError, ValueError) as exc:
+            return f"its agent did not answer ({exc})"
+        return None if answer.get("ok") else answer.get("problem", "not restarted")
+
+    def reroute(self) -> None:
+        """Leave out a rail that stayed down, take back one that stayed
+        healthy: llama-server restarted on the rails that serve (rails.py)."""
+        now = time.monotonic()
+        with self.lock:
+            serving = set(self.serving)
+            wanted = rails_mod.target(self.rails, serving, dict(self.problem_since), dict(self.healthy_since),
+                                      now, self.degrade_after, self.restore_after)
+        if wanted == serving or now < self.next_switch:
+            return
+        added = sorted(wanted - serving)
+        after = rails_mod.describe(self.rails, wanted)
+        if added:
+            # back to more rails: a restart of a serving llama-server; new requests wait, those in flight end
+            with self.lock:
+                if self.switch_wait_since is None:
+                    self.switch_wait_since = now
+                self.switching = f"returning to {after or 'every rail'}"
+                busy = self.active + self.waiting
+            if busy and now - self.switch_wait_since < self.drain_limit:
+                return
+            for address in added:
+                problem = self.restart_rpc(address)
+                if problem:
+                    self.event("switch failed", f"the RPC server on {address} was not restarted: {problem}; "
+                                                "trying again in 10 s")
+                    self.next_switch = now + 10
+                    with self.lock:
+                        self.switching, self.switch_wait_since = None, None
+                    return
+                self.event("rpc restarted", f"the RPC server on {address}: a new one listens")
+        try:
+            rails_mod.write_override(self.override, rails_mod.override_env(self.rails, wanted, self.master_share))
+        except OSError as exc:
+            self.event("switch failed", f"{self.override}: {exc}; trying again in 10 s")
+            self.next_switch = now + 10
+            return
+        with self.lock:
+            self.serving = wanted
+            self.switching, self.switch_wait_since = None, None
+            self.needs_probe = True
+            self.llama_problem = f"llama-server restarting, {after or 'on every rail again'}"
+            self.lock.notify_all()
+        if after:
+            self.event("degraded", f"{after}: a rail down for {self.degrade_after:g} s; llama-server restarted "
+                                   "without it")
+        else:
+            self.event("restored", f"every rail serves again (healthy for {self.restore_after:g} s)")
+        self.kill_llama("restarted on the rails that serve" if after else "restarted on every rail")
 
     def upstream_failed(self, detail: str) -> None:
         with self.lock:
@@ -432,22 +565,35 @@ def make_proxy_handler(guard: Guard):
     return Handler
 
 
-def parse_workers(spec: str) -> list[tuple[str, str]]:
+def parse_workers(spec: str) -> list[tuple[str, str, str]]:
+    """host@address[=rail name], comma separated: (host, address, name)."""
     workers = []
     for item in spec.split(","):
-        host, sep, address = item.strip().partition("@")
+        host, sep, rest = item.strip().partition("@")
+        address, _, name = rest.partition("=")
         if not sep or not host or not address:
-            raise SystemExit(f"twinrail-guard: --workers: expected host@address[,host@address...], got {spec!r}")
-        workers.append((host, address))
+            raise SystemExit(f"twinrail-guard: --workers: expected host@address[=rail][,host@address[=rail]...], "
+                             f"got {spec!r}")
+        workers.append((host, address, name))
     return workers
 
 
 def run_proxy(args) -> None:
     host, _, port = args.upstream.rpartition(":")
-    guard = Guard(parse_workers(args.workers), args.agent_port, (host, int(port)),
+    workers = parse_workers(args.workers)
+    rails, master_share = None, None
+    if args.rpc_servers and args.split:
+        try:
+            rails, master_share = rails_mod.build_rails(workers, args.rpc_servers.split(","),
+                                                        rails_mod.parse_split(args.split))
+        except ValueError as exc:
+            raise SystemExit(f"twinrail-guard: {exc}") from None
+    guard = Guard([(h, a) for h, a, _ in workers], args.agent_port, (host, int(port)),
                   args.soft, args.hard, args.slots, interval=args.interval, grace=args.grace,
                   probe_timeout=args.probe_timeout, restart_grace=args.restart_grace,
-                  keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None)
+                  keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None,
+                  rails=rails, master_share=master_share, degrade_after=args.degrade_after or 0.0,
+                  restore_after=args.restore_after or 0.0, override=args.override)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))
@@ -455,7 +601,10 @@ def run_proxy(args) -> None:
     log(f"proxy: {args.listen_host}:{args.listen_port} -> {args.upstream}; workers "
         f"{', '.join(f'{h}@{a}' for h, a in guard.workers)}; watermarks {args.soft}% / {args.hard}%; "
         f"API keys {', '.join(guard.keys.names()) or 'none'} ({args.keys or 'no file'}); "
-        f"queue {'unbounded' if guard.queue_max is None else guard.queue_max}")
+        f"queue {'unbounded' if guard.queue_max is None else guard.queue_max}; "
+        + (f"a rail down {guard.degrade_after:g} s is left out, back after {guard.restore_after:g} s healthy "
+           f"({args.override})" if rails and guard.degrade_after > 0 else "every rail always serves")
+        + (f"; now {guard.degraded()}" if guard.degraded() else ""))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()
     stop.set()

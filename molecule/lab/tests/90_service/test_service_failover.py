@@ -153,3 +153,90 @@ def test_memory_watermarks_drill(host):
              for unit in pids}
     assert after == pids
     assert wait_available(60) < 60
+
+
+def generation_rate(tokens: int = 48) -> float:
+    """Tokens per second of one generation through the proxy (wall clock,
+    the same measure before the cut and on one rail)."""
+    started = time.monotonic()
+    conn, response = post({"messages": [{"role": "user", "content": "Count from one to one hundred."}],
+                           "max_tokens": tokens, "ignore_eos": True, "temperature": 0}, timeout=120)
+    data = json.loads(response.read())
+    conn.close()
+    assert response.status == 200, data
+    return data["usage"]["completion_tokens"] / (time.monotonic() - started)
+
+
+def llama_rpc() -> str:
+    """The --rpc and --tensor-split llama-server runs with now."""
+    argv = node(MASTER, "bash", "-c", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value "
+                                      "twinrail-llama.service)/cmdline").stdout.split()
+    return f"--rpc {argv[argv.index('--rpc') + 1]} --tensor-split {argv[argv.index('--tensor-split') + 1]}"
+
+
+def rpc_pid(address: str) -> str:
+    return node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", f"twinrail-rpc@{address}.service").stdout.strip()
+
+
+DEGRADE_AFTER, RESTORE_AFTER = 15, 30  # the role's defaults, which the lab keeps
+SWITCH_BOUND = 30  # s past those for llama-server to restart and answer
+
+
+def test_a_rail_that_stays_cut_turns_into_serving_on_the_other(host):
+    """Issue 18's single-rail mode: rail1 cut at the master for longer than
+    inference_service_degrade_after: the guard restarts llama-server on
+    rail0's RPC server alone (the worker's whole share there), says
+    degraded in its status and metrics; mended, it restarts rail1's RPC
+    server (it still holds the killed llama-server's connection) and goes
+    back to both rails. rail0's RPC server runs throughout."""
+    wait_available()
+    both = llama_rpc()
+    assert both == "--rpc 198.19.0.2:50052,198.19.1.2:50052 --tensor-split 0.5,0.5", both
+    rate_both = generation_rate()
+    rail0_pid, rail1_pid = rpc_pid("198.19.0.2"), rpc_pid("198.19.1.2")
+    cut_at = time.monotonic()
+    lab("cut", "rail1")
+    try:
+        refusals = []
+        while time.monotonic() - cut_at < DEGRADE_AFTER + SWITCH_BOUND:
+            status, data = chat(timeout=30)
+            if status == 200:
+                break
+            refusals.append(data.get("error", {}).get("message", ""))
+            time.sleep(0.5)
+        serving_again = time.monotonic() - cut_at
+        assert status == 200, f"no answer on rail0 {serving_again:.0f} s after the cut: {refusals[-1:]}"
+        assert serving_again >= DEGRADE_AFTER, serving_again  # not before the rail stayed down for the setting
+        assert any("goes on over the worker's other rail(s) if this lasts 15 s" in r for r in refusals), refusals
+        seen = guard_status()
+        assert seen["degraded"] == "serving on rail0 only (lab-worker1 rail1 (198.19.1.2) left out)", seen
+        assert [(w["rail"], w["serving"]) for w in seen["workers"]] == [("rail0", True), ("rail1", False)]
+        assert llama_rpc() == "--rpc 198.19.0.2:50052 --tensor-split 1"
+        metrics = node(MASTER, "python3", "-c", "import urllib.request as u; print(u.urlopen("
+                       "'http://127.0.0.1:8081/twinrail/metrics', timeout=5).read().decode())").stdout
+        assert "\ntwinrail_guard_degraded 1\n" in metrics
+        assert ('twinrail_guard_worker_serving{host="lab-worker1",address="198.19.1.2",rail="rail1"} 0'
+                in metrics)
+        rate_one = generation_rate()
+    finally:
+        mended_at = time.monotonic()
+        lab("mend", "rail1")
+    deadline = mended_at + RESTORE_AFTER + SWITCH_BOUND
+    while time.monotonic() < deadline:
+        seen = guard_status()
+        if seen["degraded"] is None and seen["available"]:
+            break
+        time.sleep(0.5)
+    back = time.monotonic() - mended_at
+    assert seen["degraded"] is None and seen["available"], seen
+    assert back >= RESTORE_AFTER, back
+    assert llama_rpc() == both
+    assert wait_available(30) < 30
+    assert rpc_pid("198.19.0.2") == rail0_pid  # the healthy rail's server was never touched
+    assert rpc_pid("198.19.1.2") != rail1_pid  # the cut rail's one was restarted before it served again
+    print(f"single-rail mode: answering on rail0 {serving_again:.1f} s after the cut (degrade_after "
+          f"{DEGRADE_AFTER} s); {rate_one:.1f} tokens/s on one rail vs {rate_both:.1f} on both "
+          f"({rate_one / rate_both:.2f}x); back on both rails {back:.1f} s after the mend (restore_after "
+          f"{RESTORE_AFTER} s)")
+    record("single-rail mode", {"serving_again_s": round(serving_again, 2), "tokens_per_s_one_rail": round(rate_one, 2),
+                                "tokens_per_s_both_rails": round(rate_both, 2), "back_on_both_s": round(back, 2)})

@@ -62,7 +62,7 @@ def test_every_target_is_up_and_the_retention_is_the_inventorys(host):
     assert flags["storage.tsdb.retention.time"] == "30d" and flags["storage.tsdb.retention.size"] == "1GiB"
     assert flags["web.listen-address"] == "127.0.0.1:9090"
     groups = {g["name"]: len(g["rules"]) for g in api("/monitoring/api/v1/rules")["data"]["groups"]}
-    assert groups == {"twinrail-rails": 3, "twinrail-alerts": 12}
+    assert groups == {"twinrail-rails": 3, "twinrail-alerts": 13}
 
 
 def panel_queries() -> list[tuple[str, str]]:
