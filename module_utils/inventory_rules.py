@@ -40,7 +40,9 @@ CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
     "twinrail_bandwidth_aggregate_min_gbps", "twinrail_bandwidth_bidir_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct",
-    "twinrail_model", "twinrail_weights", "twinrail_profile")
+    "twinrail_model", "twinrail_weights", "twinrail_profile", "twinrail_rail_fabric")
+# how the rails are cabled: node to node (one worker) or through a switch per rail
+RAIL_FABRICS = ("direct", "switch")
 # a hardware profile's name (profiles/<name>.yml; the lookup names the known ones)
 PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 # one weight set: what the weights stage syncs (see check_weights)
@@ -70,6 +72,7 @@ def _show(value) -> str:
 # typo that would silently be ignored.
 TWINRAIL_VARIABLES = (
     "twinrail_mgmt_address", "twinrail_rails", "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps",
+    "twinrail_rail_fabric",
     "twinrail_tcp_fallback_allowed", "twinrail_bandwidth_min_ratio", "twinrail_bandwidth_aggregate_min_gbps",
     "twinrail_bandwidth_bidir_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
@@ -161,6 +164,9 @@ class Validator:
             value = hv.get(name)
             if not isinstance(value, str) or not value.startswith("/"):
                 self.err(host, name, "an absolute path", value)
+        if "twinrail_rail_fabric" in hv and hv["twinrail_rail_fabric"] not in RAIL_FABRICS:
+            self.err(host, "twinrail_rail_fabric", "direct (node to node cables, one worker) or switch (a switch "
+                     "per rail)", hv["twinrail_rail_fabric"])
         mtu = hv.get("twinrail_rail_mtu")
         if not _is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX:
             self.err(host, "twinrail_rail_mtu", f"an integer from {MTU_MIN} to {MTU_MAX}", mtu)
@@ -455,6 +461,16 @@ class Validator:
                 else:
                     seen[addr] = here
 
+    def check_fabric(self, fabric, workers: list[str]) -> None:
+        """A direct cable joins two ports: one worker. More need a switch on
+        each rail (a topology no stage can make: refused before any host is
+        touched, scale.yml's growth included)."""
+        if fabric == "direct" and len(workers) > 1:
+            self.errors.append(
+                f"inventory: group 'workers': expected one worker with twinrail_rail_fabric: direct (a rail's "
+                f"cable joins two ports), got {len(workers)} ({', '.join(workers)}); more workers need a switch "
+                f"on each rail: cable every node's rails to it and set twinrail_rail_fabric: switch")
+
     def check_consistency(self, ref_host: str, others: list[str]) -> None:
         """Cluster-wide settings must be the same on every node."""
         ref = self.nodes[ref_host]
@@ -479,6 +495,8 @@ class Validator:
             self.cluster_mtu = self.nodes[hosts[0]].get("twinrail_rail_mtu")
             self.check_cluster_vars(hosts[0], self.nodes[hosts[0]])
             self.check_consistency(hosts[0], hosts[1:])
+            if len(masters) == 1:  # a cluster's shape first: its cabling means nothing without it
+                self.check_fabric(self.nodes[hosts[0]].get("twinrail_rail_fabric", "direct"), workers)
         rails_by_host = {}
         sound = True
         for host in hosts:

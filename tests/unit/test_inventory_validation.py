@@ -37,6 +37,7 @@ def grow(groups: dict, nodes: dict, count: int, masters: int = 1) -> None:
         hv["twinrail_mgmt_address"] = f"10.20.0.{10 + i}/24"
         for r, rail in enumerate(hv["twinrail_rails"]):
             rail["address"] = f"10.100.{r}.{1 + i}/24"
+        hv["twinrail_rail_fabric"] = "switch"  # more than two nodes: a switch on each rail
         nodes[name] = hv
     groups["master"] = names[:masters]
     groups["workers"] = names[masters:]
@@ -151,6 +152,9 @@ def mgmt_equals_other(groups, nodes):
 
 # (id, patch, expected sentence fragment, number of sentences)
 BAD = [
+    ("fabric-typo", setvar("twinrail_rail_fabric", "switched"),
+     "spark-a: twinrail_rail_fabric: expected direct (node to node cables, one worker) or switch (a switch per "
+     "rail), got 'switched' (str)", 1),
     ("no-master", no_master,
      "inventory: group 'master': expected exactly one host, got 0", 1),
     ("two-masters", two_masters,
@@ -335,6 +339,30 @@ def test_seven_workers_are_accepted():
     groups, nodes = example()
     grow(groups, nodes, 8)
     assert validate(groups, nodes) == []
+
+
+def test_a_second_worker_on_direct_cables_is_refused_saying_a_switch_is_needed():
+    """What scale.yml meets first when a site adds a worker to the seed's
+    two boxes joined by one cable: refused by the validation, before any
+    host is contacted."""
+    groups, nodes = example()
+    assert "twinrail_rail_fabric" not in nodes["spark-a"]  # the example's default: direct
+    grow(groups, nodes, 3)
+    for hv in nodes.values():
+        del hv["twinrail_rail_fabric"]
+    assert validate(groups, nodes) == [
+        "inventory: group 'workers': expected one worker with twinrail_rail_fabric: direct (a rail's cable joins "
+        "two ports), got 2 (node1, node2); more workers need a switch on each rail: cable every node's rails to "
+        "it and set twinrail_rail_fabric: switch"]
+    for hv in nodes.values():
+        hv["twinrail_rail_fabric"] = "switch"
+    assert validate(groups, nodes) == []
+
+
+def test_the_three_node_lab_inventory_is_sound():
+    groups, nodes = load_inventory(REPO / "inventory" / "lab3")
+    assert len(groups["workers"]) == 2 and nodes["lab-worker2"]["twinrail_rail_fabric"] == "switch"
+    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes))) == []
 
 
 @pytest.mark.parametrize("change", [
