@@ -19,7 +19,8 @@ description:
   - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
     twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
-    twinrail_transport_problems, twinrail_tensor_split.
+    twinrail_transport_problems, twinrail_tensor_split, twinrail_service_restarts,
+    twinrail_scale_change, twinrail_unit_pids, twinrail_units_restarted.
 """
 
 
@@ -286,6 +287,84 @@ def tensor_split(master: str, workers: list[str], rails: dict, port, layers, mas
                                                      str(master_gpu).lower() in ("true", "1", "yes"))
 
 
+# What only the master's units read: the cluster's members (the --rpc list,
+# the split, the guard's workers). A change of these alone, a worker added
+# or removed, restarts the master and leaves every worker's units running
+# (tests/unit/test_filters.py checks that no worker unit reads them).
+MEMBERSHIP_KEYS = ("TWINRAIL_RPC_SERVERS", "TWINRAIL_SPLIT_ARGS", "TWINRAIL_GPU_LAYERS", "TWINRAIL_GUARD_WORKERS",
+                   "TWINRAIL_GUARD_RAIL_ARGS")
+_ENV_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+def _env(text: str) -> dict:
+    return {m.group(1): m.group(2) for m in map(_ENV_LINE.match, (text or "").splitlines()) if m}
+
+
+def service_restarts(old_env: str | None, new_env: str, worker) -> bool:
+    """Whether a node's service units must restart on a new configuration:
+    the master on any change of a setting; a worker unless the only
+    settings that changed are the cluster's members (MEMBERSHIP_KEYS). No
+    configuration before (a new node): nothing runs yet, False (its units
+    are started, not restarted)."""
+    if not old_env:
+        return False
+    old, new = _env(old_env), _env(new_env)
+    changed = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
+    if str(worker).lower() in ("true", "1", "yes"):
+        changed -= set(MEMBERSHIP_KEYS)
+    return bool(changed)
+
+
+def scale_change(env_text: str | None, workers: list[str], retired: dict | None = None) -> dict:
+    """What scale.yml changes: the workers the master serves with now (its
+    configuration's TWINRAIL_GUARD_WORKERS, host@address[=rail]) against
+    the inventory's. ``kept``, ``added``, ``removed`` in a stable order;
+    ``unreachable``: removed workers the run has no address for
+    (``retired``: name -> management address)."""
+    listed = _env(env_text or "").get("TWINRAIL_GUARD_WORKERS", "")
+    serving: list[str] = []
+    for item in filter(None, listed.split(",")):
+        host = item.split("@", 1)[0].strip()
+        if host and host not in serving:
+            serving.append(host)
+    workers = list(workers)
+    kept = [w for w in workers if w in serving]
+    added = [w for w in workers if w not in serving]
+    removed = sorted(w for w in serving if w not in workers)
+    unreachable = [w for w in removed if w not in (retired or {})]
+    if not serving:
+        summary = f"no service runs yet: every stage for {', '.join(workers)} (as site.yml)"
+    elif not added and not removed:
+        summary = f"the workers serving are the inventory's ({', '.join(kept)}): nothing to add or take out"
+    else:
+        parts = [f"adding {', '.join(added)}"] if added else []
+        parts += [f"taking out {', '.join(removed)}"] if removed else []
+        parts.append(f"{', '.join(kept)} keep serving, their units left running" if kept else "no worker kept")
+        summary = "; ".join(parts) + "; the master restarts once with the new --rpc list"
+    return {"serving": serving, "kept": kept, "added": added, "removed": removed, "unreachable": unreachable,
+            "summary": summary}
+
+
+def unit_pids(show: str) -> dict:
+    """``systemctl show --property=Id,MainPID <units>`` -> {unit: pid}: one
+    block per unit, blocks apart by a blank line, the properties in
+    systemd's order (MainPID before Id), not the order asked."""
+    pids = {}
+    for block in re.split(r"\n\s*\n", (show or "").strip()):
+        fields = dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
+        if fields.get("Id"):
+            pids[fields["Id"]] = int(fields.get("MainPID") or 0)
+    return pids
+
+
+def units_restarted(before: str, after: str) -> list[str]:
+    """The units whose main process changed between two readings (or that
+    stopped): "unit: pid A -> B"."""
+    old, new = unit_pids(before), unit_pids(after)
+    return [f"{unit}: pid {old[unit]} -> {new.get(unit, 0)}" for unit in sorted(old)
+            if old[unit] and new.get(unit) != old[unit]]
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -306,4 +385,8 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_api_key_digests": api_key_digests,
             "twinrail_transport_problems": transport_problems,
             "twinrail_tensor_split": tensor_split,
+            "twinrail_service_restarts": service_restarts,
+            "twinrail_scale_change": scale_change,
+            "twinrail_unit_pids": unit_pids,
+            "twinrail_units_restarted": units_restarted,
         }

@@ -32,7 +32,8 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
-            "twinrail_tensor_split"}
+            "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
+            "twinrail_units_restarted"}
 
 
 # ------------------------------------------------------------ drift
@@ -287,3 +288,70 @@ def test_a_rail_behind_a_narrower_pcie_link_is_held_to_the_pcie_ceiling():
     assert [(x["link_gbps"], x["pcie_gbps"], x["rate_gbps"]) for x in p] == [(200.0, ceiling, ceiling)] * 2
     assert p[0]["required_gbps"] == round(0.8 * ceiling, 3)
     assert p[0]["required_basis"] == f"0.8 x the {ceiling:g} Gb/s PCIe ceiling (the link runs at 200 Gb/s)"
+
+
+# ------------------------------------------------------------ restarts on a new configuration
+
+def test_a_worker_restarts_on_its_settings_but_not_on_the_clusters_members():
+    """The lab's service.env as the service stage wrote it (2 nodes), then
+    as it reads with a second worker (the membership keys changed): the
+    master restarts, a worker does not; a changed RPC port restarts both."""
+    before = (LAB / "service_env_lab.txt").read_text()
+    grown = before
+    for key, value in {"TWINRAIL_RPC_SERVERS": "198.19.0.2:50052,198.19.1.2:50052,198.19.0.3:50052,198.19.1.3:50052",
+                       "TWINRAIL_GUARD_WORKERS": "lab-worker1@198.19.0.2=rail0,lab-worker1@198.19.1.2=rail1,"
+                                                 "lab-worker2@198.19.0.3=rail0,lab-worker2@198.19.1.3=rail1",
+                       "TWINRAIL_GPU_LAYERS": "21"}.items():
+        line = next(x for x in before.splitlines() if x.startswith(key + "="))
+        grown = grown.replace(line, f"{key}={value}")
+    assert grown != before
+    assert filters.service_restarts(before, grown, False) is True  # the master: its --rpc list
+    assert filters.service_restarts(before, grown, True) is False  # a worker: nothing it reads
+    port = next(x for x in before.splitlines() if x.startswith("TWINRAIL_RPC_PORT="))
+    moved = grown.replace(port, "TWINRAIL_RPC_PORT=6000")
+    assert filters.service_restarts(before, moved, True) is True
+    assert filters.service_restarts(None, before, True) is False  # a new node: started, not restarted
+    assert filters.service_restarts(before, before, False) is False
+
+
+def test_no_worker_unit_reads_the_clusters_members():
+    """What makes the restart rule above true: the worker's units and the
+    scripts they run name none of MEMBERSHIP_KEYS."""
+    templates = REPO / "roles" / "inference_service" / "templates"
+    for name in ("twinrail-rpc@.service.j2", "twinrail-agent.service.j2", "wait-address.sh.j2"):
+        text = (templates / name).read_text()
+        assert not [k for k in filters.MEMBERSHIP_KEYS if k in text], name
+    # and the master's do (the test would pass for a key nobody reads)
+    master = (templates / "twinrail-llama.service.j2").read_text() + (templates / "twinrail-guard.service.j2").read_text()
+    assert all(k in master for k in filters.MEMBERSHIP_KEYS), [k for k in filters.MEMBERSHIP_KEYS if k not in master]
+
+
+# ------------------------------------------------------------ scale.yml
+
+def test_the_units_pids_come_from_systemctl_show_in_systemds_order():
+    show = (LAB / "systemctl_show_id_mainpid_lab_worker1.txt").read_text()
+    assert show.startswith("MainPID=")  # systemd prints MainPID first, whatever the order asked
+    assert filters.unit_pids(show) == {"twinrail-agent.service": 3390, "twinrail-rpc@198.19.1.2.service": 3351,
+                                       "twinrail-rpc@198.19.0.2.service": 3306}
+    assert filters.units_restarted(show, show) == []
+    restarted = show.replace("MainPID=3351", "MainPID=4000")
+    assert filters.units_restarted(show, restarted) == ["twinrail-rpc@198.19.1.2.service: pid 3351 -> 4000"]
+    stopped = show.replace("MainPID=3390", "MainPID=0")
+    assert filters.units_restarted(show, stopped) == ["twinrail-agent.service: pid 3390 -> 0"]
+
+
+def test_the_scale_change_reads_the_workers_serving_from_the_masters_configuration():
+    env = (LAB / "service_env_lab.txt").read_text()
+    grown = filters.scale_change(env, ["lab-worker1", "lab-worker2"])
+    assert (grown["serving"], grown["kept"], grown["added"], grown["removed"]) == (
+        ["lab-worker1"], ["lab-worker1"], ["lab-worker2"], [])
+    assert grown["summary"] == ("adding lab-worker2; lab-worker1 keep serving, their units left running; the master "
+                                "restarts once with the new --rpc list")
+    same = filters.scale_change(env, ["lab-worker1"])
+    assert same["added"] == same["removed"] == [] and "nothing to add or take out" in same["summary"]
+    # lab-worker1 out of the inventory: taken out, and refused until the run knows how to reach it
+    out = filters.scale_change(env, ["lab-worker2"])
+    assert out["removed"] == out["unreachable"] == ["lab-worker1"]
+    assert filters.scale_change(env, ["lab-worker2"], {"lab-worker1": "198.18.0.11"})["unreachable"] == []
+    fresh = filters.scale_change(None, ["lab-worker1"])
+    assert fresh["serving"] == [] and fresh["added"] == ["lab-worker1"]
