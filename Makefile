@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
+        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -83,6 +83,13 @@ unit: venv bundle
 # verifier its slowest tests. One stage alone: molecule test -s <stage>.
 molecule: prereqs venv bundle
 	molecule test -s lab
+
+# scale.yml on the converged lab (make lab first): a second worker added,
+# re-run, drilled, taken out, the lab shrunk back (about 20 minutes; not in
+# make test: docs/benchmarks.md)
+test-scale: venv
+	MOLECULE_PROJECT_DIRECTORY=$(CURDIR) python -m pytest -q -s -p no:cacheprovider \
+	  --ansible-inventory=$(INVENTORY) molecule/lab/scale
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
