@@ -27,7 +27,6 @@ testinfra_hosts = ["ansible://master"]
 
 WORKER2 = "twinrail-lab-worker2"
 LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
-SETS = ["--extra-vars", f"@{PROJECT / 'molecule' / 'lab' / 'vars' / 'weights-sets.yml'}"]
 FIGURES: dict = {}
 
 
@@ -85,7 +84,7 @@ def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
     assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052"
     kept = pids(WORKER)
     llama = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout.strip()
-    proc = playbook(LAB3, "scale.yml", *SETS)
+    proc = playbook(LAB3, "scale.yml")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "scale: adding lab-worker2; lab-worker1 keep serving" in proc.stdout
     assert pids(WORKER) == kept  # lab-worker1's RPC servers and agent never restarted
@@ -101,7 +100,7 @@ def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
 
 
 def test_the_three_node_cluster_re_runs_with_nothing_changed(host):
-    proc = playbook(LAB3, "scale.yml", *SETS)
+    proc = playbook(LAB3, "scale.yml")
     assert proc.returncode == 0, proc.stdout[-3000:]
     changed = changed_by_host(proc.stdout)
     assert set(changed) >= {"lab-master", "lab-worker1", "lab-worker2"} and not any(changed.values()), changed
@@ -123,10 +122,10 @@ def test_a_drill_on_one_worker_leaves_the_others_rpc_servers_alone(host):
 
 def test_a_worker_taken_out_stops_and_the_other_keeps_serving(host):
     kept = pids(WORKER)
-    refused = playbook(LAB2, "scale.yml", *SETS)
+    refused = playbook(LAB2, "scale.yml")
     assert refused.returncode != 0 and "lab-worker2 serves today but is not in the inventory" in refused.stdout
     assert not any(changed_by_host(refused.stdout).values())
-    proc = playbook(LAB2, "scale.yml", *SETS, "-e", json.dumps({"scale_retired_hosts": {"lab-worker2": "198.18.0.12"}}))
+    proc = playbook(LAB2, "scale.yml", "-e", json.dumps({"scale_retired_hosts": {"lab-worker2": "198.18.0.12"}}))
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "scale: taking out lab-worker2; lab-worker1 keep serving" in proc.stdout
     assert pids(WORKER) == kept
