@@ -21,6 +21,7 @@ from twinrail.guard import agent as guard_agent
 from twinrail.guard import proxy as guard_proxy
 from twinrail.guard import rails
 from twinrail.guard.procs import rpc_server_state
+from test_guard import FakeLlama  # the stand-in llama-server: a non-streamed answer
 
 WORKERS = [("w1", "198.19.0.2", "rail0"), ("w1", "198.19.1.2", "rail1"),
            ("w2", "198.19.0.3", "rail0"), ("w2", "198.19.1.3", "rail1")]
@@ -106,22 +107,6 @@ def test_the_file_a_guard_wrote_is_read_back_by_the_next_one(tmp_path):
 # ---------------------------------------------------------------- the guard, on loopback
 
 
-class Llama(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        data = json.dumps({"content": "ok"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 class Agent(http.server.BaseHTTPRequestHandler):
     """One worker's agent; silent on the addresses in ``cut``; records restarts."""
     protocol_version = "HTTP/1.1"
@@ -185,7 +170,8 @@ def test_the_guard_serves_on_the_other_rail_while_one_stays_cut_then_on_both(tmp
     servers = [serve(Agent, "127.0.0.2")]
     port = servers[0].server_address[1]
     servers.append(serve(Agent, "127.0.0.3", port))
-    llama = serve(Llama, "127.0.0.1")
+    FakeLlama.hang.clear()
+    llama = serve(FakeLlama, "127.0.0.1")
     servers.append(llama)
     workers = [("w1", "127.0.0.2", "rail0"), ("w1", "127.0.0.3", "rail1")]
     built, master = rails.build_rails(workers, ["127.0.0.2:50052", "127.0.0.3:50052"], [0.5, 0.5])
