@@ -21,7 +21,7 @@ from pathlib import Path
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 sys.path.insert(0, str(PROJECT / "molecule" / "lab" / "tests"))
 
-from lab_client import MASTER, WORKER, chat, changed_by_host, guard_status, node, wait_available  # noqa: E402
+from lab_client import MASTER, WORKER, chat, changed_by_host, guard_status, node, unit_argv, wait_available  # noqa: E402
 
 testinfra_hosts = ["ansible://master"]
 
@@ -54,8 +54,7 @@ def pids(container: str) -> dict:
 
 
 def rpc_list() -> str:
-    argv = node(MASTER, "bash", "-c", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value "
-                                      "twinrail-llama.service)/cmdline").stdout.split()
+    argv = unit_argv(MASTER, "twinrail-llama.service")
     return argv[argv.index("--rpc") + 1]
 
 

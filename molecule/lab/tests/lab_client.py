@@ -25,6 +25,14 @@ def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check)
 
 
+def unit_argv(container: str, unit: str) -> list[str]:
+    """The command line of a unit's main process (its arguments as given,
+    spaces and all)."""
+    pid = node(container, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+    assert pid not in ("", "0"), (container, unit)
+    return [a for a in node(container, "cat", f"/proc/{pid}/cmdline").stdout.split("\0") if a]
+
+
 def lab(*argv: str) -> None:
     subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"),
                     *argv], check=True, capture_output=True)

@@ -33,7 +33,7 @@ class Guard:
                  grace: float, probe_timeout: float, restart_grace: float,
                  keys: access.Keys | None = None, queue_max: int | None = None,
                  rails: list[rails_mod.Rail] | None = None, master_share: float | None = None,
-                 degrade_after: float = 0.0, restore_after: float = 30.0, override: str | None = None,
+                 degrade_after: float = 0.0, restore_after: float = 0.0, override: str | None = None,
                  drain_limit: float = 60.0):
         self.workers = workers  # (host, rail address)
         self.agent_port = agent_port
@@ -110,10 +110,7 @@ class Guard:
             return False
         with self.lock:
             serving = set(self.serving)
-        by_address = {r.address: r for r in self.rails}
-        return all(a in by_address and any(r.host == by_address[a].host and r.address in serving
-                                           and r.address not in problems for r in self.rails)
-                   for a in problems)
+        return all(rails_mod.spare_rails(self.rails, a, serving, problems) for a in problems)
 
     def refusal(self, queued: bool = False) -> str | None:
         """Why a request must get a 503 now, or None."""

@@ -92,6 +92,15 @@ def plan(rails: list[Rail], serving: set[str], master_share: float | None) -> tu
     return endpoints, [round(p / total, 4) for p in proportions]
 
 
+def spare_rails(rails: list[Rail], address: str, serving: set[str], down) -> list[Rail]:
+    """The rails of the same worker as ``address`` that serve and are not
+    ``down``: what would carry its share if it were left out (none: it
+    cannot be)."""
+    host = next((r.host for r in rails if r.address == address), None)
+    return [r for r in rails if r.host == host and r.address != address
+            and r.address in serving and r.address not in down]
+
+
 def target(rails: list[Rail], serving: set[str], problem_since: dict[str, float],
            healthy_since: dict[str, float], now: float, degrade_after: float,
            restore_after: float) -> set[str]:
@@ -114,9 +123,7 @@ def target(rails: list[Rail], serving: set[str], problem_since: dict[str, float]
         since = problem_since.get(rail.address)
         if rail.address not in wanted or since is None or now - since < degrade_after:
             continue
-        others = [r for r in rails if r.host == rail.host and r.address != rail.address
-                  and r.address in wanted and r.address not in problem_since]
-        if others:
+        if spare_rails(rails, rail.address, wanted, problem_since):
             wanted.discard(rail.address)
     return wanted
 

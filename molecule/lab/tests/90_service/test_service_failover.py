@@ -15,7 +15,7 @@ import time
 
 import pytest
 from lab_client import MASTER, WORKER, chat, guard_sees, guard_status, hog, lab, memory, node, post, record, unhog, \
-    wait_available
+    unit_argv, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -169,8 +169,7 @@ def generation_rate(tokens: int = 48) -> float:
 
 def llama_rpc() -> str:
     """The --rpc and --tensor-split llama-server runs with now."""
-    argv = node(MASTER, "bash", "-c", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value "
-                                      "twinrail-llama.service)/cmdline").stdout.split()
+    argv = unit_argv(MASTER, "twinrail-llama.service")
     return f"--rpc {argv[argv.index('--rpc') + 1]} --tensor-split {argv[argv.index('--tensor-split') + 1]}"
 
 

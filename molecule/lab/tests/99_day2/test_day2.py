@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lab_client import changed_by_host, lab
+from lab_client import changed_by_host, lab, unit_argv
 
 testinfra_hosts = ["ansible://master"]
 
@@ -212,14 +212,10 @@ def guard_release(container: str) -> str:
 
 def running_guard(container: str, unit: str) -> str:
     """The guard release whose zipapp the unit's main process runs."""
-    pid = subprocess.run(["docker", "exec", container, "systemctl", "show", "-p", "MainPID", "--value", unit],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert pid not in ("", "0"), (container, unit)
-    argv = subprocess.run(["docker", "exec", container, "cat", f"/proc/{pid}/cmdline"],
-                          capture_output=True, check=True).stdout.split(b"\0")
-    match = re.fullmatch(rb"/opt/twinrail/guard/([0-9.]+-[0-9a-f]{12})/twinrail-guard\.pyz", argv[1])
-    assert argv[0] == b"/usr/bin/python3" and match, (container, unit, argv)
-    return match.group(1).decode()
+    argv = unit_argv(container, unit)
+    match = re.fullmatch(r"/opt/twinrail/guard/([0-9.]+-[0-9a-f]{12})/twinrail-guard\.pyz", argv[1])
+    assert argv[0] == "/usr/bin/python3" and match, (container, unit, argv)
+    return match.group(1)
 
 
 UNITS = ((MASTER, "twinrail-llama.service"), (WORKER, "twinrail-rpc@198.19.0.2.service"),
