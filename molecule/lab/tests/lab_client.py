@@ -149,3 +149,47 @@ def guard_sees(level: str, limit: float = 30) -> dict:
 def guard_status() -> dict:
     return json.loads(node(MASTER, "python3", "-c", "import urllib.request as u; "
                            "print(u.urlopen('http://127.0.0.1:8081/twinrail/status', timeout=5).read().decode())").stdout)
+
+
+# ---- the lab grown to three nodes (tests/99_scale, scale/test_scale_in.py)
+
+WORKER2 = "twinrail-lab-worker2"
+LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
+
+
+def inventory_playbook(inventory: Path, name: str, *argv: str) -> tuple[subprocess.CompletedProcess, float]:
+    """ansible-playbook NAME on an inventory of the lab, without colours (the
+    recap is read); (the run, its seconds)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    started = time.monotonic()
+    proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(PROJECT / name), *argv], cwd=PROJECT,
+                          env=env, capture_output=True, text=True, check=False)
+    took = time.monotonic() - started
+    print(f"scale: {inventory.name} {name} {' '.join(argv)}: rc {proc.returncode}, {took:.0f} s")
+    return proc, took
+
+
+def unit_pids(container: str) -> dict:
+    """A worker's agent and RPC servers: {unit: MainPID}."""
+    out = node(container, "systemctl", "show", "--property=Id,MainPID", "twinrail-agent.service",
+               "twinrail-rpc@*.service").stdout
+    blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line) for block in out.split("\n\n")]
+    return {b["Id"]: int(b["MainPID"]) for b in blocks if b.get("Id")}
+
+
+def rpc_list() -> str:
+    """The --rpc list the master's llama-server runs with."""
+    argv = unit_argv(MASTER, "twinrail-llama.service")
+    return argv[argv.index("--rpc") + 1]
+
+
+def recabled(inventory: Path) -> None:
+    """A change of cabling is a maintenance: the service stopped, the cables
+    laid (tools/lab.py up: a switch on each rail for two workers, direct for
+    one), the service started again."""
+    assert inventory_playbook(LAB2, "stop.yml")[0].returncode == 0
+    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(inventory), "up"], check=True,
+                   capture_output=True)
+    proc = inventory_playbook(LAB2, "start.yml")[0]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    wait_available()

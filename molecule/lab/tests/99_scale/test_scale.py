@@ -1,0 +1,92 @@
+"""The lab grown to three nodes, last in the lab pass (after day 2, on what
+it left): a second worker refused on direct cables before anything changes;
+the cables laid on a switch per rail and lab-worker2 added to the serving
+cluster with scale.yml (every stage on 1 master + 2 workers: preflight, the
+gates across all nodes, the master restarted once with the new --rpc list)
+while lab-worker1's RPC servers and agent keep running; a re-run with
+changed=0 on all three; a fault drill on one worker while the other keeps its
+RPC servers. The 3-node lab measures once where the 2-node lab measures three
+times (inventory/lab3/group_vars/cluster/three_nodes.yml).
+
+Taking the worker out and shrinking the lab back is molecule/lab/scale/
+test_scale_in.py (make test-scale, on a dev lab): the pass's lab is
+destroyed after this. The cases run in file order, each on what the one
+before left."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from lab_client import (LAB3, MASTER, PROJECT, WORKER, WORKER2, chat, changed_by_host, guard_status, inventory_playbook,
+                        node, recabled, record, rpc_list, unit_pids, wait_available)
+
+testinfra_hosts = ["ansible://master"]
+
+FIGURES: dict = {}
+
+
+def playbook(what: str, *argv: str):
+    """scale.yml on the 3-node inventory, its time kept as FIGURES[what]."""
+    proc, took = inventory_playbook(LAB3, "scale.yml", *argv)
+    FIGURES[what] = round(took)
+    return proc
+
+
+def test_a_second_worker_on_direct_cables_is_refused_before_anything_changes(host):
+    before = node(MASTER, "readlink", "/etc/twinrail/service/current").stdout
+    proc = playbook("refused on direct cables", "-e", "twinrail_rail_fabric=direct")
+    assert proc.returncode != 0
+    assert "more workers need a switch on each rail" in proc.stdout, proc.stdout[-3000:]
+    assert not any(changed_by_host(proc.stdout).values()), proc.stdout[-1500:]
+    assert node(MASTER, "readlink", "/etc/twinrail/service/current").stdout == before
+
+
+def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
+    recabled(LAB3)  # lab-worker2 up, rails switched; the cluster serves on lab-worker1 alone
+    assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052"
+    kept = unit_pids(WORKER)
+    llama = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout.strip()
+    proc = playbook("lab-worker2 added")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "scale: adding lab-worker2; lab-worker1 keep serving" in proc.stdout
+    assert unit_pids(WORKER) == kept  # lab-worker1's RPC servers and agent never restarted
+    assert all(unit_pids(WORKER2).values()) and len(unit_pids(WORKER2)) == 3
+    assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052,198.19.0.3:50052,198.19.1.3:50052"
+    assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout.strip() \
+        != llama  # the master restarted with the new --rpc list
+    # a completion across all three: every worker holds its share (the split gate passed in the run)
+    status, data = chat(8)
+    assert status == 200 and data["choices"][0]["message"]["content"], data
+    assert "TASK [inference_service : Gate the split of the layers" in proc.stdout
+    # the gates across all nodes: every worker's every rail measured (once each here) and passed
+    assert "bandwidth: measuring" in proc.stdout
+    report = json.loads((PROJECT / "reports" / "latest" / "bandwidth.json").read_text())
+    assert sorted((r["server"], r["rail"], len(r["runs_gbps"])) for r in report["rails"]) == [
+        ("lab-worker1", "rail0", 1), ("lab-worker1", "rail1", 1), ("lab-worker2", "rail0", 1),
+        ("lab-worker2", "rail1", 1)], report["rails"]
+    assert report["passed"], report["failures"]
+    assert [w["host"] for w in guard_status()["workers"]] == ["lab-worker1"] * 2 + ["lab-worker2"] * 2
+
+
+def test_the_three_node_cluster_re_runs_with_nothing_changed(host):
+    proc = playbook("re-run on three nodes")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    changed = changed_by_host(proc.stdout)
+    assert set(changed) >= {"lab-master", "lab-worker1", "lab-worker2"} and not any(changed.values()), changed
+    assert "nothing to add or take out" in proc.stdout
+
+
+def test_a_drill_on_one_worker_leaves_the_others_rpc_servers_alone(host):
+    kept = unit_pids(WORKER)
+    failed_at = time.monotonic()
+    node(WORKER2, "pkill", "-9", "-f", "ggml-rpc-server -H 198.19.0.3")
+    status, data = chat(timeout=30)
+    refused = time.monotonic() - failed_at
+    assert status == 503 and "lab-worker2" in data["error"]["message"], data
+    assert refused < 10, refused
+    back = wait_available(120)
+    assert unit_pids(WORKER) == kept
+    FIGURES["drill on lab-worker2"] = {"503_s": round(refused, 2), "back_s": round(back, 2)}
+    record("three nodes", FIGURES)
+    print(f"scale figures: {json.dumps(FIGURES)}")
