@@ -5,8 +5,9 @@ cluster with scale.yml (every stage on 1 master + 2 workers: preflight, the
 gates across all nodes, the master restarted once with the new --rpc list)
 while lab-worker1's RPC servers and agent keep running; a re-run with
 changed=0 on all three; a fault drill on one worker while the other keeps its
-RPC servers. The 3-node lab measures once where the 2-node lab measures three
-times (inventory/lab3/group_vars/cluster/three_nodes.yml).
+RPC servers. The 3-node lab measures each rail once where the 2-node lab
+measures three times, and its acceptance stage runs without the soak and
+the failover drill (inventory/lab3/group_vars/cluster/three_nodes.yml).
 
 Taking the worker out and shrinking the lab back is molecule/lab/scale/
 test_scale_in.py (make test-scale, on a dev lab): the pass's lab is
