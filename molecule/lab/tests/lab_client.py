@@ -17,7 +17,9 @@ from pathlib import Path
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
-MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
+MASTER, WORKER, WORKER2 = "twinrail-lab-master", "twinrail-lab-worker1", "twinrail-lab-worker2"
+# the 2-node lab and the same lab grown to three nodes (tests/99_scale)
+LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
 FIGURES = Path(os.environ.get("TWINRAIL_FIGURES", "/tmp/twinrail-failover.json"))
 
 
@@ -33,9 +35,10 @@ def unit_argv(container: str, unit: str) -> list[str]:
     return [a for a in node(container, "cat", f"/proc/{pid}/cmdline").stdout.split("\0") if a]
 
 
-def lab(*argv: str) -> None:
-    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(PROJECT / "inventory" / "lab"),
-                    *argv], check=True, capture_output=True)
+def lab(*argv: str, inventory: Path = LAB2) -> None:
+    """tools/lab.py ARGV on the lab of an inventory (the 2-node lab's by default)."""
+    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(inventory), *argv], check=True,
+                   capture_output=True)
 
 
 RECAP = re.compile(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", re.M)
@@ -153,19 +156,22 @@ def guard_status() -> dict:
 
 # ---- the lab grown to three nodes (tests/99_scale, scale/test_scale_in.py)
 
-WORKER2 = "twinrail-lab-worker2"
-LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
 
-
-def inventory_playbook(inventory: Path, name: str, *argv: str) -> tuple[subprocess.CompletedProcess, float]:
-    """ansible-playbook NAME on an inventory of the lab, without colours (the
-    recap is read); (the run, its seconds)."""
+def inventory_playbook(inventory: Path, name: str, *argv: str, label: str | None = "scale",
+                       timeout: float | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """ansible-playbook NAME (a path in the project, or absolute) on an
+    inventory of the lab, without colours: molecule sets ANSIBLE_FORCE_COLOR,
+    and the recap lines read would start with escape codes. (the run, its
+    seconds); what it cost printed after `label:` (the verifier's output,
+    pytest -s), unless label is None."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     started = time.monotonic()
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(PROJECT / name), *argv], cwd=PROJECT,
-                          env=env, capture_output=True, text=True, check=False)
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
     took = time.monotonic() - started
-    print(f"scale: {inventory.name} {name} {' '.join(argv)}: rc {proc.returncode}, {took:.0f} s")
+    if label is not None:
+        shown = " ".join(Path(a).name if a.startswith("/") else a for a in (name, *argv))
+        print(f"{label}: {inventory.name} {shown}: rc {proc.returncode}, {took:.0f} s")
     return proc, took
 
 
@@ -188,8 +194,7 @@ def recabled(inventory: Path) -> None:
     laid (tools/lab.py up: a switch on each rail for two workers, direct for
     one), the service started again."""
     assert inventory_playbook(LAB2, "stop.yml")[0].returncode == 0
-    subprocess.run([sys.executable, str(PROJECT / "tools" / "lab.py"), "-i", str(inventory), "up"], check=True,
-                   capture_output=True)
+    lab("up", inventory=inventory)
     proc = inventory_playbook(LAB2, "start.yml")[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     wait_available()

@@ -13,7 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lab_client import changed_by_host
+from lab_client import LAB2, changed_by_host, inventory_playbook
 
 testinfra_hosts = ["ansible://master"]
 
@@ -26,9 +26,7 @@ QUIET_BYTES = 32 * 1024 * 1024
 
 
 def playbook(*argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    return subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), str(PROJECT / "site.yml"),
-                           *argv], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return inventory_playbook(LAB2, "site.yml", *argv, label=None, timeout=900)[0]
 
 
 def rail_bytes() -> dict:

@@ -11,10 +11,9 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-from lab_client import changed_by_host, lab, unit_argv
+from lab_client import LAB2, changed_by_host, inventory_playbook, lab, unit_argv
 
 testinfra_hosts = ["ansible://master"]
 
@@ -23,16 +22,7 @@ MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
 
 
 def playbook(*argv: str) -> subprocess.CompletedProcess:
-    # without colours: molecule sets ANSIBLE_FORCE_COLOR, and the recap lines
-    # read below would start with escape codes
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    started = time.monotonic()
-    proc = subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), *argv], cwd=PROJECT,
-                          env=env, capture_output=True, text=True, check=False)
-    # what each day-2 run costs, in the verifier's output (pytest -s)
-    print(f"day 2: {' '.join(Path(a).name if a.startswith('/') else a for a in argv)}: "
-          f"rc {proc.returncode}, {time.monotonic() - started:.0f} s")
-    return proc
+    return inventory_playbook(LAB2, *argv, label="day 2")[0]
 
 
 def entered_at(container: str, unit: str, state: str) -> int:
