@@ -1,0 +1,136 @@
+# -*- coding: utf-8 -*-
+"""The controller's half of twinrail_stage_stamp: the digest of a stage's inputs.
+
+The inputs of a stage, all of which run it again when they change:
+- the role's files, the modules, module utilities and plugins, the shared
+  templates, the hardware profiles and the stage's play file;
+- every setting the role's argument spec (meta/argument_specs.yml, entry
+  point main) names and every cluster setting (twinrail_*) its files
+  mention, as each node of the play resolves it (inventory, extra vars; the
+  role's defaults are among its files), and each node's groups;
+- the nodes of the play, in a stable order;
+- what the role passes in `extra` (facts it reads, files on the controller).
+
+Then the module runs on the node with that digest. A `record` after a run
+that left some of the stage's tasks out (a `--tags` of one part, or
+`--skip-tags` naming the stage or one of its parts) writes nothing: the
+stamp vouches for a whole stage.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from ansible.plugins.action import ActionBase
+
+try:  # the same helpers the module ships to the nodes
+    from ansible.module_utils.stage_stamp import digest, tree_digest
+except ImportError:  # pragma: no cover - run from the repository without the module_utils path
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location(
+        "_stage_stamp", Path(__file__).resolve().parents[1] / "module_utils" / "stage_stamp.py")
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    digest, tree_digest = _mod.digest, _mod.tree_digest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = ("library", "module_utils", "action_plugins", "filter_plugins", "lookup_plugins",
+          "templates", "profiles")
+UNRESOLVED = "<unresolved>"
+# the cluster's own settings (group_vars/cluster) a role reads by name; the
+# hardware profile's lookup reads twinrail_profile itself
+GLOBAL = re.compile(r"\btwinrail_[a-z0-9_]+\b")
+ALWAYS = ("twinrail_profile",)
+
+
+def spec_options(role_path: str) -> list[str]:
+    """The options of the role's main entry point, sorted."""
+    path = Path(role_path) / "meta" / "argument_specs.yml"
+    specs = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return sorted(((specs.get("argument_specs") or {}).get("main") or {}).get("options") or {})
+
+
+def role_globals(role_path: str) -> list[str]:
+    """The twinrail_* names the role's files (and the shared templates) mention, sorted."""
+    names = set(ALWAYS)
+    for root in (Path(role_path), REPO / "templates"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                names.update(GLOBAL.findall(path.read_text(encoding="utf-8", errors="replace")))
+    return sorted(names)
+
+
+def content_roots(role_path: str, stage: str) -> list[str]:
+    roots = [str(role_path)] + [str(REPO / name) for name in SHARED if (REPO / name).is_dir()]
+    play = REPO / "playbooks" / f"{stage}.yml"
+    if play.is_file():
+        roots.append(str(play))
+    return roots
+
+
+def settings_of(hostvars, hosts: list[str], options: list[str]) -> dict:
+    """Each host's resolved value of each option (UNRESOLVED where it is not set or cannot be)."""
+    out = {}
+    for host in hosts:
+        view = hostvars[host]
+        values = {}
+        for option in options + ["group_names"]:
+            try:
+                values[option] = view[option] if option in view else UNRESOLVED
+            except Exception:  # pylint: disable=broad-except  (a template of another scope)
+                values[option] = UNRESOLVED
+        out[host] = values
+    return out
+
+
+def partial_run(stage: str, own_tags: list[str], run_tags, skip_tags) -> bool:
+    """True when the run leaves some of the stage's tasks out."""
+    run, skip = set(run_tags or ["all"]), set(skip_tags or [])
+    ours = {stage, *own_tags}
+    if skip & ours:
+        return True
+    return not ({"all", stage} & run)
+
+
+def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
+    hosts = sorted(hosts)
+    return digest({"stage": stage, "hosts": hosts,
+                   "content": tree_digest(content_roots(role_path, stage)),
+                   "settings": settings_of(hostvars, hosts, spec_options(role_path) + role_globals(role_path)),
+                   "extra": extra})
+
+
+class ActionModule(ActionBase):
+    """Compute the inputs digest here, then run the module on the node."""
+
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        stage = args.get("stage")
+        role = self._task._role
+        if not stage or role is None:
+            result.update(failed=True, msg="twinrail_stage_stamp: `stage` is required, and the task "
+                                           "must be in a stage's role")
+            return result
+        own_tags = list(args.get("tags") or [])
+        if args.get("mode", "check") == "record" and partial_run(
+                stage, own_tags, task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags")):
+            result.update(changed=False, skipped=True, current=False, recorded=False, since=None,
+                          reason="a run of part of the stage: no stamp written")
+            return result
+        if not args.get("inputs"):  # a record passes the digest its check computed
+            hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars.get("inventory_hostname")])
+            args["inputs"] = inputs_digest(stage, role._role_path, task_vars["hostvars"], hosts,
+                                           args.get("extra"))
+        args.pop("extra", None)
+        result.update(self._execute_module(module_name="twinrail_stage_stamp", module_args=args,
+                                           task_vars=task_vars))
+        result["inputs"] = args["inputs"]
+        result["spec"] = args.get("state") or {}
+        return result
+
