@@ -3,7 +3,8 @@
 
 The inputs of a stage, all of which run it again when they change:
 - the role's files, the modules, module utilities and plugins, the shared
-  templates, the hardware profiles and the stage's play file;
+  templates, the hardware profiles, the guard's and the command line's
+  package (src/twinrail) and the stage's play file;
 - every setting the role's argument spec (meta/argument_specs.yml, entry
   point main) names and every cluster setting (twinrail_*) its files
   mention, as each node of the play resolves it (inventory, extra vars; the
@@ -37,7 +38,7 @@ except ImportError:  # pragma: no cover - run from the repository without the mo
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = ("library", "module_utils", "action_plugins", "filter_plugins", "lookup_plugins",
-          "templates", "profiles")
+          "templates", "profiles", "src/twinrail")
 UNRESOLVED = "<unresolved>"
 # the cluster's own settings (group_vars/cluster) a role reads by name; the
 # hardware profile's lookup reads twinrail_profile itself

@@ -80,7 +80,7 @@ plan:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gguf_figures import GGUFError, model_figures
+from ansible.module_utils.gguf_figures import GGUFError, cached_model_figures
 from ansible.module_utils.memory_plan import plan
 
 FROM_GGUF = ("params_b", "bits_per_param", "layers", "kv_heads", "head_dim")
@@ -105,7 +105,7 @@ def main() -> None:
             module.fail_json(msg=f"preflight: twinrail_model.gguf: expected a GGUF file on "
                                  f"the controller, got {gguf!r}, which does not exist")
         try:
-            figures = model_figures(gguf)
+            figures = cached_model_figures(gguf)
         except GGUFError as exc:
             module.fail_json(msg=f"preflight: twinrail_model.gguf: {exc}")
         for key in FROM_GGUF:

@@ -52,3 +52,39 @@ def model_figures(path: str) -> dict:
         "head_dim": int(key_length) if key_length else embedding // heads,
         "context_length": int(_field(reader, f"{arch}.context_length")),
     }
+
+
+def cached_model_figures(path: str, cache_dir: str | None = None) -> dict:
+    """model_figures, kept per file (its real path, size, modification time
+    and inode) in cache_dir (default ~/.cache/twinrail/gguf-figures): the
+    gguf reader walks the whole tensor table, seconds for a large model, on
+    every run of the preflight stage. A file that changed is read again."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    import json  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+
+    real = os.path.realpath(path)
+    try:
+        info = os.stat(real)
+    except OSError as exc:
+        raise GGUFError(f"cannot read {path} as GGUF: {exc}") from exc
+    key = [real, info.st_size, info.st_mtime_ns, info.st_ino]
+    cache_dir = cache_dir or os.path.expanduser("~/.cache/twinrail/gguf-figures")
+    entry = os.path.join(cache_dir, hashlib.sha256(real.encode("utf-8")).hexdigest() + ".json")
+    try:
+        with open(entry, encoding="utf-8") as handle:
+            kept = json.load(handle)
+        if kept.get("key") == key:
+            return kept["figures"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    figures = model_figures(path)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{entry}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"key": key, "figures": figures}, handle)
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # a read-only home: the figures are still right, only not kept
+    return figures

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+import gguf_figures
 import twinrail_memory_plan
 from gguf_figures import GGUFError, model_figures
 from memory_plan import GIB, plan
@@ -77,6 +79,28 @@ def test_gguf_figures_of_the_real_smollm2_file():
     assert figures["bits_per_param"] == pytest.approx(5.7437, abs=1e-4)
     assert (figures["layers"], figures["kv_heads"], figures["head_dim"]) == (30, 3, 64)
     assert figures["context_length"] == 8192
+
+
+def test_gguf_figures_are_kept_until_the_file_changes(tmp_path, monkeypatch):
+    """The preflight reads the model's figures on every run: kept per file,
+    read again once its size, time or inode change."""
+    assert SMOLLM2.exists(), "run `tools/bundle.py models` (make test does) first"
+    copy = tmp_path / "model.gguf"
+    copy.write_bytes(SMOLLM2.read_bytes())
+    reads = []
+    real = gguf_figures.model_figures
+    monkeypatch.setattr(gguf_figures, "model_figures", lambda path: reads.append(path) or real(path))
+    cache = tmp_path / "cache"
+    first = gguf_figures.cached_model_figures(str(copy), str(cache))
+    assert first == real(str(SMOLLM2)) and reads == [str(copy)]
+    assert gguf_figures.cached_model_figures(str(copy), str(cache)) == first and len(reads) == 1
+    info = copy.stat()
+    os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+    assert gguf_figures.cached_model_figures(str(copy), str(cache)) == first and len(reads) == 2
+    # a kept entry that is not JSON is read past, not trusted
+    for kept in cache.iterdir():
+        kept.write_text("{")
+    assert gguf_figures.cached_model_figures(str(copy), str(cache)) == first and len(reads) == 3
 
 
 def test_gguf_reader_refuses_a_file_that_is_not_gguf(tmp_path):
