@@ -23,8 +23,8 @@ import json
 import os
 import stat
 
-# Files larger than this are compared by size and modification time
-# (runtime binaries, archives), smaller ones by content.
+# Files larger than this are compared by size, modification and change
+# time (runtime binaries, archives), smaller ones by content.
 CONTENT_LIMIT = 4 * 1024 * 1024
 STAMP_VERSION = 1
 
@@ -72,8 +72,11 @@ def _file_entry(path: str):
         except OSError as err:
             entry["error"] = err.strerror
     else:
+        # the change time too: a byte written in place with the old mtime
+        # put back still moves it
         entry["size"] = info.st_size
         entry["mtime_ns"] = info.st_mtime_ns
+        entry["ctime_ns"] = info.st_ctime_ns
     return entry
 
 

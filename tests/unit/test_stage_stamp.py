@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -109,6 +110,22 @@ def test_what_moved_is_named(tree, change, phrase):
     now = stage_stamp.snapshot(spec_of(tree), run_command=fake_systemctl)
     moved = stage_stamp.differences(before, now)
     assert len(moved) == 1 and phrase in moved[0], moved
+
+
+def test_a_large_file_written_in_place_with_its_old_mtime_is_seen(tmp_path, monkeypatch):
+    big = tmp_path / "llama-server"
+    big.write_bytes(bytes(64 * 1024))
+    monkeypatch.setattr(stage_stamp, "CONTENT_LIMIT", 1024)
+    before = stage_stamp.snapshot({"files": [str(big)]})
+    assert "sha256" not in before["files"][str(big)]
+    info = big.stat()
+    time.sleep(0.05)  # past the file system's coarse clock tick
+    with open(big, "r+b") as handle:
+        handle.seek(1000)
+        handle.write(b"\x01")
+    os.utime(big, ns=(info.st_atime_ns, info.st_mtime_ns))
+    moved = stage_stamp.differences(before, stage_stamp.snapshot({"files": [str(big)]}))
+    assert moved == [f"file {big} changed (ctime_ns)"]
 
 
 def test_a_stopped_unit_is_named():
