@@ -12,6 +12,11 @@ The inputs of a stage, all of which run it again when they change:
 - the nodes of the play, in a stable order;
 - what the role passes in `extra` (facts it reads, files on the controller).
 
+Each input is kept as a digest of its own (`parts`), so a run whose inputs
+changed names which: "setting kernel_tuning_swap_off of lab-worker1", "the
+stage's code"; the settings the role's spec marks `no_log` go into one
+digest per node ("a secret setting of ..."), never one by one.
+
 Then the module runs on the node with that digest. A `record` after a run
 that left some of the stage's tasks out (a `--tags` of one part, or
 `--skip-tags` naming the stage or one of its parts) writes nothing: the
@@ -46,11 +51,20 @@ GLOBAL = re.compile(r"\btwinrail_[a-z0-9_]+\b")
 ALWAYS = ("twinrail_profile",)
 
 
-def spec_options(role_path: str) -> list[str]:
-    """The options of the role's main entry point, sorted."""
+def _main_options(role_path: str) -> dict:
     path = Path(role_path) / "meta" / "argument_specs.yml"
     specs = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return sorted(((specs.get("argument_specs") or {}).get("main") or {}).get("options") or {})
+    return ((specs.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+
+
+def spec_options(role_path: str) -> list[str]:
+    """The options of the role's main entry point, sorted."""
+    return sorted(_main_options(role_path))
+
+
+def secret_options(role_path: str) -> set[str]:
+    """The options the spec marks no_log (passwords, keys, tokens): never named one by one."""
+    return {name for name, spec in _main_options(role_path).items() if (spec or {}).get("no_log")}
 
 
 def role_globals(role_path: str) -> list[str]:
@@ -95,12 +109,30 @@ def partial_run(stage: str, own_tags: list[str], run_tags, skip_tags) -> bool:
     return not ({"all", stage} & run)
 
 
-def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
+def inputs_parts(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> dict:
+    """The inputs, each as a digest under the name a run would give its change:
+    "the stage's code", "the nodes of the play", "setting NAME of HOST" (the
+    no_log ones of a host together, as "a secret setting of HOST"), "EXTRA"."""
     hosts = sorted(hosts)
-    return digest({"stage": stage, "hosts": hosts,
-                   "content": tree_digest(content_roots(role_path, stage)),
-                   "settings": settings_of(hostvars, hosts, spec_options(role_path) + role_globals(role_path)),
-                   "extra": extra})
+    parts = {"the stage's code": tree_digest(content_roots(role_path, stage)),
+             "the nodes of the play": digest([stage, hosts])}
+    secret = secret_options(role_path)
+    for host, values in settings_of(hostvars, hosts, spec_options(role_path) + role_globals(role_path)).items():
+        hidden = {}
+        for name, value in values.items():
+            if name in secret:
+                hidden[name] = value
+            else:
+                parts[f"setting {name} of {host}"] = digest(value)
+        if hidden:
+            parts[f"a secret setting of {host}"] = digest(hidden)
+    for key, value in (extra.items() if isinstance(extra, dict) else [("extra", extra)]):
+        parts[f"{key}"] = digest(value)
+    return parts
+
+
+def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
+    return digest(inputs_parts(stage, role_path, hostvars, hosts, extra))
 
 
 class ActionModule(ActionBase):
@@ -126,12 +158,13 @@ class ActionModule(ActionBase):
             return result
         if not args.get("inputs"):  # a record passes the digest its check computed
             hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars.get("inventory_hostname")])
-            args["inputs"] = inputs_digest(stage, role._role_path, task_vars["hostvars"], hosts,
-                                           args.get("extra"))
+            args["parts"] = inputs_parts(stage, role._role_path, task_vars["hostvars"], hosts, args.get("extra"))
+            args["inputs"] = digest(args["parts"])
         args.pop("extra", None)
         result.update(self._execute_module(module_name="twinrail_stage_stamp", module_args=args,
                                            task_vars=task_vars))
         result["inputs"] = args["inputs"]
+        result["parts"] = args.get("parts") or {}
         result["spec"] = args.get("state") or {}
         return result
 

@@ -53,6 +53,12 @@ options:
         argv list) whose exit status and output are live state no file holds.
     type: dict
     default: {}
+  parts:
+    description:
+      - Each input's own digest, by the name a change of it is given (set by
+        the action plugin), kept in the stamp so that a run names what changed.
+    type: dict
+    default: {}
   extra:
     description: Values the role passes into the inputs digest (read by the action plugin only).
     type: raw
@@ -123,6 +129,7 @@ def main() -> None:
             "mode": {"type": "str", "choices": ["check", "record"], "default": "check"},
             "inputs": {"type": "str", "required": True},
             "state": {"type": "dict", "default": {}},
+            "parts": {"type": "dict", "default": {}},
             "extra": {"type": "raw"},
             "tags": {"type": "list", "elements": "str", "default": []},
             "directory": {"type": "path", "default": "/var/lib/twinrail/stamps"},
@@ -144,7 +151,7 @@ def main() -> None:
                              reason="check mode: no stamp written")
         stamped = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"version": STAMP_VERSION, "stage": params["stage"], "inputs": params["inputs"],
-                "time": stamped, "state": now}
+                "parts": params["parts"], "time": stamped, "state": now}
         os.makedirs(params["directory"], mode=0o700, exist_ok=True)
         handle, tmp = tempfile.mkstemp(dir=params["directory"], prefix=f".{params['stage']}.")
         with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -161,7 +168,7 @@ def main() -> None:
     except (OSError, ValueError) as err:
         stamp = None
         module.warn(f"{where}: unreadable stamp {path} ({err}); the stage runs")
-    current, reason = verdict(stamp, params["inputs"], now)
+    current, reason = verdict(stamp, params["inputs"], now, params["parts"])
     if not current and stamp is not None and not module.check_mode:
         os.unlink(path)
     module.exit_json(changed=False, current=current, reason=reason, recorded=False,

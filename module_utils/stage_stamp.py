@@ -165,14 +165,37 @@ def differences(before: dict, now: dict, limit: int = 5) -> list[str]:
     return out
 
 
-def verdict(stamp, inputs_digest: str, now: dict) -> tuple[bool, str]:
+def changed_inputs(before: dict, now: dict, limit: int = 5) -> list[str]:
+    """The names of the inputs whose digests differ; a setting changed on
+    every node of the play is named once, "setting X on every node"."""
+    names = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    hosts = sorted({k.rsplit(" of ", 1)[1] for k in now if k.startswith(("setting ", "a secret setting of "))})
+    by_setting: dict[str, list[str]] = {}
+    out = []
+    for name in names:
+        if name.startswith("setting ") and " of " in name:
+            setting, host = name[len("setting "):].rsplit(" of ", 1)
+            by_setting.setdefault(setting, []).append(host)
+        else:
+            out.append(name)
+    for setting, where in sorted(by_setting.items()):
+        out.append(f"setting {setting} on every node" if hosts and sorted(where) == hosts
+                   else f"setting {setting} of {', '.join(sorted(where))}")
+    if len(out) > limit:
+        out = out[:limit] + [f"and {len(out) - limit} more"]
+    return out
+
+
+def verdict(stamp, inputs_digest: str, now: dict, parts: dict | None = None) -> tuple[bool, str]:
     """(current, why) for a stamp read from the node (None: there is none)."""
     if not stamp:
         return False, "no stamp of a finished run"
     if stamp.get("version") != STAMP_VERSION:
         return False, "the stamp is of another version"
     if stamp.get("inputs") != inputs_digest:
-        return False, "its inputs changed (settings, nodes or the stage's code)"
+        named = changed_inputs(stamp.get("parts") or {}, parts or {}) if stamp.get("parts") and parts else []
+        return False, ("its inputs changed: " + "; ".join(named) if named
+                       else "its inputs changed (settings, nodes or the stage's code)")
     moved = differences(stamp.get("state") or {}, now)
     if moved:
         return False, "its state moved: " + "; ".join(moved)

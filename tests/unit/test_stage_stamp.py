@@ -239,3 +239,48 @@ def test_the_tree_digest_follows_names_and_bytes(tmp_path):
     (tmp_path / "r" / "tasks" / "main.yml").rename(tmp_path / "r" / "tasks" / "other.yml")
     third = stage_stamp.tree_digest([str(tmp_path / "r")])
     assert len({first, second, third}) == 3
+
+
+def test_a_changed_setting_is_named_by_name_and_node():
+    role = str(REPO / "roles" / "kernel_tuning")
+    hostvars = {"m": Vars(kernel_tuning_swap_off=True, group_names=["master"]),
+                "w": Vars(kernel_tuning_swap_off=True, group_names=["workers"])}
+    before = action.inputs_parts("kernel", role, hostvars, ["m", "w"], {"kernel": "6.1"})
+    hostvars["w"]["kernel_tuning_swap_off"] = False
+    one = action.inputs_parts("kernel", role, hostvars, ["m", "w"], {"kernel": "6.1"})
+    assert stage_stamp.changed_inputs(before, one) == ["setting kernel_tuning_swap_off of w"]
+    hostvars["m"]["kernel_tuning_swap_off"] = False
+    both = action.inputs_parts("kernel", role, hostvars, ["m", "w"], {"kernel": "6.2"})
+    assert stage_stamp.changed_inputs(before, both) == ["kernel", "setting kernel_tuning_swap_off on every node"]
+    stamp = {"version": stage_stamp.STAMP_VERSION, "inputs": stage_stamp.digest(before), "parts": before}
+    current, why = stage_stamp.verdict(stamp, stage_stamp.digest(one), {}, one)
+    assert not current and why == "its inputs changed: setting kernel_tuning_swap_off of w"
+    # a stamp written before the parts were kept: the change is still seen, unnamed
+    old = {"version": stage_stamp.STAMP_VERSION, "inputs": stage_stamp.digest(before)}
+    assert stage_stamp.verdict(old, stage_stamp.digest(one), {}, one)[1] == \
+        "its inputs changed (settings, nodes or the stage's code)"
+
+
+def test_secret_settings_are_never_named_one_by_one():
+    role = str(REPO / "roles" / "inference_service")
+    assert {"inference_service_users", "inference_service_api_keys"} <= action.secret_options(role)
+    keys = [{"name": "app", "key": "k" * 32}]
+    hostvars = {"m": Vars(inference_service_api_keys=keys, inference_service_parallel=2, group_names=["master"])}
+    before = action.inputs_parts("service", role, hostvars, ["m"], None)
+    assert {"setting inference_service_api_keys of m", "setting inference_service_users of m"}.isdisjoint(before)
+    assert "setting inference_service_parallel of m" in before and "a secret setting of m" in before
+    hostvars["m"]["inference_service_api_keys"] = [{"name": "app", "key": "j" * 32}]
+    after = action.inputs_parts("service", role, hostvars, ["m"], None)
+    assert stage_stamp.changed_inputs(before, after) == ["a secret setting of m"]
+
+
+def test_the_module_names_the_changed_input(tree, tmp_path, capsys, monkeypatch):
+    stamps = tmp_path / "stamps"
+    parts = {"the stage's code": "c1", "setting x of n1": "v1", "setting x of n2": "v1"}
+    args = {"stage": "rdma", "inputs": stage_stamp.digest(parts), "parts": parts, "state": spec_of(tree),
+            "directory": str(stamps), "host": "n1"}
+    run_module(dict(args, mode="record"), capsys, monkeypatch)
+    assert json.loads((stamps / "rdma.json").read_text())["parts"] == parts
+    moved = dict(parts, **{"setting x of n1": "v2"})
+    result = run_module(dict(args, inputs=stage_stamp.digest(moved), parts=moved), capsys, monkeypatch)
+    assert result["reason"] == "its inputs changed: setting x of n1"
