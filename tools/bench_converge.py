@@ -75,7 +75,8 @@ def noop(inventory: str) -> int:
             runs.append(elapsed)
             print(f"{label:<18} {elapsed:7.1f} s  x base {elapsed / baseline:6.1f}  changed={changed}  "
                   f"measured: {', '.join(measured) or 'nothing'}  rail bytes {moved}")
-        print(f"{label:<18} median {sorted(runs)[1]:.1f} s")
+        print(f"{label:<18} median {sorted(runs)[1]:.1f} s  (issue 17's target: "
+              f"{30 if label.startswith('site') else 25} s)")
     return 0
 
 
@@ -106,8 +107,8 @@ def main() -> int:
     rows = []
     for stage in stages():
         cold, cold_changed, _ = timed(playbook + ["--tags", stage])
-        noop, noop_changed, _ = timed(playbook + ["--tags", stage])
-        rows.append((stage, cold, cold_changed, noop, noop_changed))
+        again, again_changed, _ = timed(playbook + ["--tags", stage])
+        rows.append((stage, cold, cold_changed, again, again_changed))
     site_noop, site_changed, _ = timed(playbook)
 
     listing = subprocess.run(["ansible", "-i", args.inventory, "cluster", "--list-hosts"],
@@ -118,13 +119,13 @@ def main() -> int:
     print(f"baseline: ansible -m ping on the cluster: {baseline:.2f} s")
     print(f"{'stage':<12} {'cold s':>8} {'changed':>8} {'x base':>7} "
           f"{'no-op s':>8} {'changed':>8} {'x base':>7}")
-    for stage, cold, cch, noop, nch in rows:
+    for stage, cold, cch, again, nch in rows:
         print(f"{stage:<12} {cold:8.2f} {cch:8d} {cold / baseline:7.2f} "
-              f"{noop:8.2f} {nch:8d} {noop / baseline:7.2f}")
+              f"{again:8.2f} {nch:8d} {again / baseline:7.2f}")
     print(f"{'site (no-op)':<12} {'':8} {'':8} {'':7} {site_noop:8.2f} {site_changed:8d} "
           f"{site_noop / baseline:7.2f}")
     print(f"no-op re-run of the whole site: {site_noop:.1f} s "
-          f"({'under' if site_noop < 60 else 'OVER'} the 60 s target)")
+          f"({'under' if site_noop <= 30 else 'OVER'} issue 17's 30 s target)")
     return 0
 
 
