@@ -25,21 +25,20 @@ stamp vouches for a whole stage.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
 import yaml
 from ansible.plugins.action import ActionBase
 
-try:  # the same helpers the module ships to the nodes
-    from ansible.module_utils.stage_stamp import digest, tree_digest
-except ImportError:  # pragma: no cover - run from the repository without the module_utils path
-    import importlib.util
-    _spec = importlib.util.spec_from_file_location(
-        "_stage_stamp", Path(__file__).resolve().parents[1] / "module_utils" / "stage_stamp.py")
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
-    digest, tree_digest = _mod.digest, _mod.tree_digest
+# the same helpers the module ships to the nodes, read by path: the
+# controller does not import the project's module_utils by name
+_spec = importlib.util.spec_from_file_location(
+    "_stage_stamp", Path(__file__).resolve().parents[1] / "module_utils" / "stage_stamp.py")
+_stamp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_stamp)
+digest, tree_digest = _stamp.digest, _stamp.tree_digest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = ("library", "module_utils", "action_plugins", "filter_plugins", "lookup_plugins",
@@ -156,7 +155,10 @@ class ActionModule(ActionBase):
             result.update(changed=False, skipped=True, current=False, recorded=False, since=None,
                           reason="a run of part of the stage: no stamp written")
             return result
-        if not args.get("inputs"):  # a record passes the digest its check computed
+        checked = args.pop("checked", None)
+        if checked:  # a record: what its check computed and snapshotted the spec of
+            args.update(inputs=checked["inputs"], parts=checked["parts"], state=checked["spec"])
+        else:
             hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars.get("inventory_hostname")])
             args["parts"] = inputs_parts(stage, role._role_path, task_vars["hostvars"], hosts, args.get("extra"))
             args["inputs"] = digest(args["parts"])

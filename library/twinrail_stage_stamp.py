@@ -43,6 +43,12 @@ options:
     description: The digest of the stage's inputs (set by the action plugin).
     type: str
     required: true
+  checked:
+    description:
+      - With O(mode=record), the registered result of the stage's check; its
+        inputs, their parts and its O(state) are recorded (read by the action
+        plugin only).
+    type: dict
   state:
     description:
       - What the stage manages on this node. C(files) are paths or globs
@@ -90,7 +96,7 @@ EXAMPLES = r"""
     stage: kernel
     mode: record
     tags: [kernel_sysctl, kernel_memlock]
-    state: "{{ __kernel_tuning_stamp.spec }}"
+    checked: "{{ __kernel_tuning_stamp }}"
     host: "{{ inventory_hostname }}"
 """
 
@@ -130,6 +136,7 @@ def main() -> None:
             "inputs": {"type": "str", "required": True},
             "state": {"type": "dict", "default": {}},
             "parts": {"type": "dict", "default": {}},
+            "checked": {"type": "dict"},
             "extra": {"type": "raw"},
             "tags": {"type": "list", "elements": "str", "default": []},
             "directory": {"type": "path", "default": "/var/lib/twinrail/stamps"},

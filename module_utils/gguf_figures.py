@@ -7,6 +7,10 @@ llama.cpp publishes); the weights themselves are memory-mapped, not read.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+
 
 class GGUFError(Exception):
     """The file is not a GGUF model the plan can use."""
@@ -59,10 +63,6 @@ def cached_model_figures(path: str, cache_dir: str | None = None) -> dict:
     and inode) in cache_dir (default ~/.cache/twinrail/gguf-figures): the
     gguf reader walks the whole tensor table, seconds for a large model, on
     every run of the preflight stage. A file that changed is read again."""
-    import hashlib  # pylint: disable=import-outside-toplevel
-    import json  # pylint: disable=import-outside-toplevel
-    import os  # pylint: disable=import-outside-toplevel
-
     real = os.path.realpath(path)
     try:
         info = os.stat(real)
