@@ -39,8 +39,9 @@ def test_report_of_the_converge_run():
     one_way, both_ways = report["aggregates"]
     assert (one_way["bidirectional"], both_ways["bidirectional"]) == (False, True)
     for agg in (one_way, both_ways):
-        assert agg["rails"] == ["rail0", "rail1"] and agg["bw_average_gbps"] >= 10.0
-        assert len(agg["runs_gbps"]) == 3 and agg["required_gbps"] == 10.0
+        # the lab's twinrail_bandwidth_aggregate_min_gbps and _bidir_min_gbps
+        assert agg["rails"] == ["rail0", "rail1"] and agg["bw_average_gbps"] >= 5.0
+        assert len(agg["runs_gbps"]) == 3 and agg["required_gbps"] == 5.0
     print(f"all rails: {one_way['bw_average_gbps']:.2f} Gb/s one way, "
           f"{both_ways['bw_average_gbps']:.2f} Gb/s both ways")
     assert report["counters_moved"] == {}
