@@ -169,6 +169,11 @@ def inventory_playbook(inventory: Path, name: str, *argv: str, label: str | None
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(PROJECT / name), *argv], cwd=PROJECT,
                           env=env, capture_output=True, text=True, timeout=timeout, check=False)
     took = time.monotonic() - started
+    keep = os.environ.get("TWINRAIL_PLAYBOOK_LOGS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%H%M%S")
+        (Path(keep) / f"{stamp}-{Path(name).stem}-{round(took)}s.log").write_text(proc.stdout + proc.stderr)
     if label is not None:
         shown = " ".join(Path(a).name if a.startswith("/") else a for a in (name, *argv))
         print(f"{label}: {inventory.name} {shown}: rc {proc.returncode}, {took:.0f} s")
