@@ -34,7 +34,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
-            "twinrail_units_restarted"}
+            "twinrail_units_restarted", "twinrail_weights_controller_sources"}
 
 
 # ------------------------------------------------------------ drift
