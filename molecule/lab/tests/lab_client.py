@@ -163,7 +163,9 @@ def inventory_playbook(inventory: Path, name: str, *argv: str, label: str | None
     inventory of the lab, without colours: molecule sets ANSIBLE_FORCE_COLOR,
     and the recap lines read would start with escape codes. (the run, its
     seconds); what it cost printed after `label:` (the verifier's output,
-    pytest -s), unless label is None."""
+    pytest -s), unless label is None. With TWINRAIL_PLAYBOOK_LOGS set to a
+    folder, each run's output is kept there as HHMMSS-<playbook>-<seconds>s.log
+    (per-task times from profile_tasks: where a verifier's time goes)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     started = time.monotonic()
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(PROJECT / name), *argv], cwd=PROJECT,
