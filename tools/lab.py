@@ -56,6 +56,11 @@ STATE_DIR = Path.home() / ".local" / "state" / "twinrail-lab"
 CCACHE_DIR = Path.home() / ".cache" / "twinrail" / "ccache"
 CCACHE_MOUNT = "/var/cache/twinrail/build/ccache"
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
+# Mounted read-only into every node's Python (not part of the image): a
+# bytecode cache for modules imported from zip files, which is what every
+# Ansible module run is (tools/image/python/twinrail_lab_pycache.py says why).
+NODE_PYTHON_FILES = ("twinrail_lab_pycache.py", "twinrail-lab-pycache.pth")
+NODE_PYTHON_DIR = "/usr/local/lib/python3.11/dist-packages"
 IMAGE_REPO = "twinrail-node"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("TWINRAIL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -396,6 +401,8 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
             "--volume", f"{STATE_DIR / 'ssh' / 'authorized_keys'}:"
                         f"/etc/ssh/authorized_keys/{OPERATOR}:ro",
             "--volume", f"{CCACHE_DIR}:{CCACHE_MOUNT}"]
+    for name in NODE_PYTHON_FILES:
+        argv += ["--volume", f"{IMAGE_DIR / 'python' / name}:{NODE_PYTHON_DIR}/{name}:ro"]
     CCACHE_DIR.mkdir(parents=True, exist_ok=True)
     for cap in CAPABILITIES:
         argv += ["--cap-add", cap]
