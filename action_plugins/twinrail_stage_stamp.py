@@ -130,6 +130,16 @@ def inputs_parts(stage: str, role_path: str, hostvars, hosts: list[str], extra) 
     return parts
 
 
+def recorded_parts(checked_parts: dict, extra) -> dict:
+    """The check's parts with the role's extra values replaced by these (the
+    state the run left): what the next run's check computes when nothing
+    else changed."""
+    parts = dict(checked_parts)
+    for key, value in (extra.items() if isinstance(extra, dict) else [("extra", extra)]):
+        parts[f"{key}"] = digest(value)
+    return parts
+
+
 def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
     return digest(inputs_parts(stage, role_path, hostvars, hosts, extra))
 
@@ -158,6 +168,9 @@ class ActionModule(ActionBase):
         checked = args.pop("checked", None)
         if checked:  # a record: what its check computed and snapshotted the spec of
             args.update(inputs=checked["inputs"], parts=checked["parts"], state=checked["spec"])
+            if "extra" in args:  # the role's own values as the run left them
+                args["parts"] = recorded_parts(checked["parts"], args["extra"])
+                args["inputs"] = digest(args["parts"])
         else:
             hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars.get("inventory_hostname")])
             args["parts"] = inputs_parts(stage, role._role_path, task_vars["hostvars"], hosts, args.get("extra"))

@@ -66,7 +66,12 @@ options:
     type: dict
     default: {}
   extra:
-    description: Values the role passes into the inputs digest (read by the action plugin only).
+    description:
+      - Values the role passes into the inputs digest (read by the action plugin only).
+      - With O(mode=record) and O(checked), the values as the run left them, in
+        place of the ones the check read (an input the stage itself provides, such
+        as an artifact it cached on the controller, is recorded as it now is, so
+        the next run does not read it as changed).
     type: raw
   tags:
     description: The stage's own tags (read by the action plugin only, to tell a partial run).

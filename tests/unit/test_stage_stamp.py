@@ -261,6 +261,22 @@ def test_a_changed_setting_is_named_by_name_and_node():
         "its inputs changed (settings, nodes or the stage's code)"
 
 
+def test_a_record_takes_the_roles_values_as_the_run_left_them():
+    # the runtime stage checks with the controller's cache absent, then puts
+    # the artifact there itself: recorded as it is now, the next check holds
+    role = str(REPO / "roles" / "kernel_tuning")
+    hostvars = {"m": Vars(kernel_tuning_swap_off=True, group_names=["master"])}
+    checked = action.inputs_parts("runtime", role, hostvars, ["m"], {"build": "b1", "cached": False})
+    recorded = action.recorded_parts(checked, {"build": "b1", "cached": True})
+    next_check = action.inputs_parts("runtime", role, hostvars, ["m"], {"build": "b1", "cached": True})
+    assert recorded == next_check
+    assert stage_stamp.changed_inputs(checked, next_check) == ["cached"]
+    stamp = {"version": stage_stamp.STAMP_VERSION, "inputs": stage_stamp.digest(recorded), "parts": recorded}
+    assert stage_stamp.verdict(stamp, stage_stamp.digest(next_check), {}, next_check)[0]
+    # what the role does not pass again is the check's
+    assert action.recorded_parts(checked, {"cached": True})["build"] == checked["build"]
+
+
 def test_secret_settings_are_never_named_one_by_one():
     role = str(REPO / "roles" / "inference_service")
     assert {"inference_service_users", "inference_service_api_keys"} <= action.secret_options(role)
