@@ -125,19 +125,21 @@ def inputs_parts(stage: str, role_path: str, hostvars, hosts: list[str], extra) 
                 parts[f"setting {name} of {host}"] = digest(value)
         if hidden:
             parts[f"a secret setting of {host}"] = digest(hidden)
-    for key, value in (extra.items() if isinstance(extra, dict) else [("extra", extra)]):
-        parts[f"{key}"] = digest(value)
+    parts.update(extra_parts(extra))
     return parts
+
+
+def extra_parts(extra) -> dict:
+    """The role's own values, each under its key ("extra" when not a dict)."""
+    items = extra.items() if isinstance(extra, dict) else [("extra", extra)]
+    return {f"{key}": digest(value) for key, value in items}
 
 
 def recorded_parts(checked_parts: dict, extra) -> dict:
     """The check's parts with the role's extra values replaced by these (the
     state the run left): what the next run's check computes when nothing
     else changed."""
-    parts = dict(checked_parts)
-    for key, value in (extra.items() if isinstance(extra, dict) else [("extra", extra)]):
-        parts[f"{key}"] = digest(value)
-    return parts
+    return {**checked_parts, **extra_parts(extra)}
 
 
 def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
