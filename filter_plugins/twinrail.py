@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 
@@ -365,6 +366,36 @@ def units_restarted(before: str, after: str) -> list[str]:
             if old[unit] and new.get(unit) != old[unit]]
 
 
+def weights_controller_sources(sets: list[dict]) -> dict:
+    """"SET: its controller source" -> every file under the source's path
+    (relative name, size, mtime and ctime in ns), for the weights stage's
+    stamp: a file replaced, grown or written in place (its ctime moves even
+    when the old mtime is put back) changes it; nothing is read. Sets from
+    the master or a URL are left out (the master's source is part of the
+    stamp's state on the master; a URL source's settings are its inputs). A
+    path that is not there lists as None."""
+    out = {}
+    for item in sets or []:
+        if item.get("source") != "controller":
+            continue
+        root = str(item.get("path", ""))
+        files = None
+        if os.path.isdir(root):
+            files = []
+            for top, dirs, names in os.walk(root, followlinks=True):
+                dirs.sort()
+                for name in sorted(names):
+                    path = os.path.join(top, name)
+                    try:
+                        info = os.stat(path)
+                    except OSError:
+                        files.append([os.path.relpath(path, root), None])
+                        continue
+                    files.append([os.path.relpath(path, root), info.st_size, info.st_mtime_ns, info.st_ctime_ns])
+        out[f"{item.get('model')}/{item.get('revision')}: its controller source"] = files
+    return out
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -389,4 +420,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_scale_change": scale_change,
             "twinrail_unit_pids": unit_pids,
             "twinrail_units_restarted": units_restarted,
+            "twinrail_weights_controller_sources": weights_controller_sources,
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
-            "twinrail_units_restarted"}
+            "twinrail_units_restarted", "twinrail_weights_controller_sources"}
 
 
 # ------------------------------------------------------------ drift
@@ -355,3 +356,29 @@ def test_the_scale_change_reads_the_workers_serving_from_the_masters_configurati
     assert filters.scale_change(env, ["lab-worker2"], {"lab-worker1": "198.18.0.11"})["unreachable"] == []
     fresh = filters.scale_change(None, ["lab-worker1"])
     assert fresh["serving"] == [] and fresh["added"] == ["lab-worker1"]
+
+
+def test_the_weights_stamp_sees_a_controller_source_change_without_reading_it(tmp_path):
+    source = tmp_path / "model"
+    (source / "layers").mkdir(parents=True)
+    shard = source / "layers" / "shard-1.bin"
+    shard.write_bytes(b"\0" * 4096)
+    (source / "SHA256SUMS").write_text("x  layers/shard-1.bin\n")
+    sets = [{"model": "m", "revision": "r1", "source": "controller", "path": str(source)},
+            {"model": "m2", "revision": "r2", "source": "master", "path": "/srv/elsewhere"},
+            {"model": "m3", "revision": "r3", "source": "controller", "path": str(tmp_path / "absent")}]
+    before = filters.weights_controller_sources(sets)
+    # only the controller's sources; a missing one lists as None
+    assert list(before) == ["m/r1: its controller source", "m3/r3: its controller source"]
+    assert before["m3/r3: its controller source"] is None
+    assert [row[:2] for row in before["m/r1: its controller source"]] == [
+        ["SHA256SUMS", 22], [os.path.join("layers", "shard-1.bin"), 4096]]
+    assert filters.weights_controller_sources(sets) == before
+    # one byte written in place, the old times put back: the ctime moves
+    info = shard.stat()
+    with shard.open("r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\1")
+    os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns))
+    after = filters.weights_controller_sources(sets)
+    assert after != before and shard.stat().st_mtime_ns == info.st_mtime_ns

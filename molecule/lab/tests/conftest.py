@@ -11,18 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def scenario_tags() -> list[str]:
-    """The scenario's own ansible-playbook arguments (molecule.yml), ${VARS}
-    taken from the environment as molecule does; none: all of site.yml."""
-    scenario = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
-    config = yaml.safe_load((scenario / "molecule.yml").read_text())
-    args = config.get("ansible", {}).get("executor", {}).get("args", {}).get("ansible_playbook", [])
-    return [os.path.expandvars(arg) for arg in args]
+from lab_client import scenario_tags  # noqa: E402  pylint: disable=wrong-import-position
 
 
 class PlaybookRun:

@@ -15,12 +15,23 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
 MASTER, WORKER, WORKER2 = "twinrail-lab-master", "twinrail-lab-worker1", "twinrail-lab-worker2"
 # the 2-node lab and the same lab grown to three nodes (tests/99_scale)
 LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
 FIGURES = Path(os.environ.get("TWINRAIL_FIGURES", "/tmp/twinrail-failover.json"))
+
+
+def scenario_tags() -> list[str]:
+    """The scenario's own ansible-playbook arguments (molecule.yml), ${VARS}
+    taken from the environment as molecule does; none: all of site.yml."""
+    scenario = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
+    config = yaml.safe_load((scenario / "molecule.yml").read_text())
+    args = config.get("ansible", {}).get("executor", {}).get("args", {}).get("ansible_playbook", [])
+    return [os.path.expandvars(arg) for arg in args]
 
 
 def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
 """Re-runs on the converged, serving lab leave it alone: site.yml again
-reports changed=0, says which bandwidth baseline and which acceptance
-verdict still hold, and sends no measurement over the rails (their byte
-counters, read on both nodes before and after, barely move); a changed
+(with the converge's arguments) reports changed=0, says which bandwidth
+baseline and which acceptance verdict still hold and that the weights
+stage had nothing to do, and sends no measurement over the rails (their
+byte counters, read on both nodes before and after, barely move); a changed
 gate setting measures again and says why. Runs once, from the controller,
 side by side with the check-mode run (conftest.py's check_mode_run)."""
 
@@ -13,7 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lab_client import LAB2, changed_by_host, inventory_playbook
+from lab_client import LAB2, changed_by_host, inventory_playbook, scenario_tags
 
 testinfra_hosts = ["ansible://master"]
 
@@ -26,7 +27,9 @@ QUIET_BYTES = 32 * 1024 * 1024
 
 
 def playbook(*argv: str) -> subprocess.CompletedProcess:
-    return inventory_playbook(LAB2, "site.yml", *argv, label=None, timeout=900)[0]
+    """site.yml as the converge ran it (the scenario's arguments: its three
+    weight sets), so a re-run is one with nothing changed."""
+    return inventory_playbook(LAB2, "site.yml", *scenario_tags(), *argv, label=None, timeout=900)[0]
 
 
 def rail_bytes() -> dict:
@@ -54,6 +57,10 @@ def test_a_noop_rerun_changes_nothing_and_measures_nothing(check_mode_run):
     said = re.findall(r'"msg": "(bandwidth: [^"]*)"', out)
     assert len(said) == 1 and re.match(r"bandwidth: baseline of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid", said[0]), said
     assert re.search(r"acceptance: verdict of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid \(PASS;", out), out[-3000:]
+    # the weights stage's stamp held on both nodes: no copy read, nothing sent
+    weights = re.findall(r'"msg": "weights: ([^:"]*): ([^"]*)"', out)
+    assert sorted(h for h, _ in weights) == sorted(NODES) and all(
+        m.startswith("nothing changed since ") for _, m in weights), weights
     moved = {key: after[key] - before[key] for key in before}
     assert all(m < QUIET_BYTES for m in moved.values()), f"measurement traffic on the rails: {moved}"
     print(f"no-op site.yml: rail bytes moved {moved}")

@@ -75,18 +75,22 @@ def rx_bytes(container: str, interface: str) -> int:
 
 
 def test_a_rerun_moves_and_reads_nothing(host):
+    # the stage's stamp holds on both nodes (the size, mtime and ctime of
+    # every file of every copy, every controller source's files, the
+    # settings): it neither sends nor verifies, and says so
     rc, data = run_stage(host)
     assert rc == 0, json.dumps(data)[-3000:]
     assert changed_hosts(data) == {}
-    transfers = [r for _h, r in results(data, "Start the rsync streams from the master over the rails")
-                 + results(data, "Start the rsync streams from the controller")
-                 if not r.get("skipped")]
-    assert transfers == []
-    verified = [r for name in ("Verify the master's copy", "Verify the worker's copy",
-                               "Verify every copy against the manifest",
-                               "Verify the source against its manifest (cached)")
-                for _h, r in results(data, name) if not r.get("skipped")]
-    assert len(verified) >= 4 * 3 and all(r["hashed_bytes"] == 0 for r in verified)
+    said = {h: r.get("msg", "") for h, r in results(data, "Say whether the stage syncs and verifies, or has nothing "
+                                                          "to do")}
+    assert set(said) == {"lab-master", "lab-worker1"} and all(
+        m.startswith(f"weights: {h}: nothing changed since ") for h, m in said.items()), said
+    ran = [name for name in ("Start the rsync streams from the master over the rails",
+                             "Start the rsync streams from the controller", "Verify the master's copy",
+                             "Verify the worker's copy", "Verify every copy against the manifest",
+                             "Verify the source against its manifest (cached)")
+           for _h, r in results(data, name) if not r.get("skipped")]
+    assert ran == [], ran
 
 
 def test_a_changed_byte_on_the_worker_is_found_and_only_that_file_goes_again(host):
@@ -114,6 +118,13 @@ os.utime({path!r}, ns=(st.st_atime_ns, st.st_mtime_ns))
                for s in done[0]["streams"])
     rails = rx_bytes(WORKER, "ens1f0np0") + rx_bytes(WORKER, "ens1f1np1") - rails_before
     assert rails >= size
+    # the stamp no longer held, so every copy was verified: through the
+    # verification cache, which read only the changed file, on the worker
+    verified = [(h, r) for name in ("Verify the master's copy", "Verify the worker's copy",
+                                    "Verify every copy against the manifest")
+                for h, r in results(data, name) if not r.get("skipped")]
+    assert len(verified) >= 4 * 3 and all(r["hashed_bytes"] == 0 for h, r in verified if h == "lab-master"), verified
+    assert 0 < sum(r["hashed_bytes"] for h, r in verified if h == "lab-worker1") <= 2 * size, verified
     want = (BUNDLE / "synthetic-shards" / "SHA256SUMS").read_text().split(f"  {rel}")[0][-64:]
     assert node(WORKER, "sha256sum", path).split()[0] == want
 
