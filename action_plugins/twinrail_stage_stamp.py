@@ -12,6 +12,11 @@ The inputs of a stage, all of which run it again when they change:
 - the nodes of the play, in a stable order;
 - what the role passes in `extra` (facts it reads, files on the controller).
 
+Settings the role names in `applied_every_run` are not inputs: the role
+applies them on every run whatever the stamp says (the service's API keys:
+one file the guard reads again by itself), so changing one re-runs only
+the task that applies it, not the whole stage.
+
 Each input is kept as a digest of its own (`parts`), so a run whose inputs
 changed names which: "setting kernel_tuning_swap_off of lab-worker1", "the
 stage's code"; the settings the role's spec marks `no_log` go into one
@@ -108,15 +113,18 @@ def partial_run(stage: str, own_tags: list[str], run_tags, skip_tags) -> bool:
     return not ({"all", stage} & run)
 
 
-def inputs_parts(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> dict:
+def inputs_parts(stage: str, role_path: str, hostvars, hosts: list[str], extra,
+                 applied_every_run: tuple = ()) -> dict:
     """The inputs, each as a digest under the name a run would give its change:
     "the stage's code", "the nodes of the play", "setting NAME of HOST" (the
-    no_log ones of a host together, as "a secret setting of HOST"), "EXTRA"."""
+    no_log ones of a host together, as "a secret setting of HOST"), "EXTRA".
+    The settings in applied_every_run are left out."""
     hosts = sorted(hosts)
     parts = {"the stage's code": tree_digest(content_roots(role_path, stage)),
              "the nodes of the play": digest([stage, hosts])}
     secret = secret_options(role_path)
-    for host, values in settings_of(hostvars, hosts, spec_options(role_path) + role_globals(role_path)).items():
+    options = [name for name in spec_options(role_path) + role_globals(role_path) if name not in applied_every_run]
+    for host, values in settings_of(hostvars, hosts, options).items():
         hidden = {}
         for name, value in values.items():
             if name in secret:
@@ -142,8 +150,9 @@ def recorded_parts(checked_parts: dict, extra) -> dict:
     return {**checked_parts, **extra_parts(extra)}
 
 
-def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
-    return digest(inputs_parts(stage, role_path, hostvars, hosts, extra))
+def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra,
+                  applied_every_run: tuple = ()) -> str:
+    return digest(inputs_parts(stage, role_path, hostvars, hosts, extra, applied_every_run))
 
 
 class ActionModule(ActionBase):
@@ -162,6 +171,7 @@ class ActionModule(ActionBase):
                                            "must be in a stage's role")
             return result
         own_tags = list(args.get("tags") or [])
+        applied_every_run = tuple(args.pop("applied_every_run", None) or ())
         if args.get("mode", "check") == "record" and partial_run(
                 stage, own_tags, task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags")):
             result.update(changed=False, skipped=True, current=False, recorded=False, since=None,
@@ -175,7 +185,8 @@ class ActionModule(ActionBase):
                 args["inputs"] = digest(args["parts"])
         else:
             hosts = list(task_vars.get("ansible_play_hosts_all") or [task_vars.get("inventory_hostname")])
-            args["parts"] = inputs_parts(stage, role._role_path, task_vars["hostvars"], hosts, args.get("extra"))
+            args["parts"] = inputs_parts(stage, role._role_path, task_vars["hostvars"], hosts, args.get("extra"),
+                                         applied_every_run)
             args["inputs"] = digest(args["parts"])
         args.pop("extra", None)
         result.update(self._execute_module(module_name="twinrail_stage_stamp", module_args=args,

@@ -73,6 +73,14 @@ options:
         as an artifact it cached on the controller, is recorded as it now is, so
         the next run does not read it as changed).
     type: raw
+  applied_every_run:
+    description:
+      - Settings of the role that are not among the inputs, because the role
+        applies them on every run whatever the stamp says (read by the action
+        plugin only). A change of one re-runs only the tasks that apply it.
+    type: list
+    elements: str
+    default: []
   tags:
     description: The stage's own tags (read by the action plugin only, to tell a partial run).
     type: list
@@ -143,6 +151,7 @@ def main() -> None:
             "parts": {"type": "dict", "default": {}},
             "checked": {"type": "dict"},
             "extra": {"type": "raw"},
+            "applied_every_run": {"type": "list", "elements": "str", "default": []},
             "tags": {"type": "list", "elements": "str", "default": []},
             "directory": {"type": "path", "default": "/var/lib/twinrail/stamps"},
             "host": {"type": "str", "required": True},

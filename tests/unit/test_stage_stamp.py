@@ -10,6 +10,7 @@ import os
 import time
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, REPO
 
@@ -288,6 +289,27 @@ def test_secret_settings_are_never_named_one_by_one():
     hostvars["m"]["inference_service_api_keys"] = [{"name": "app", "key": "j" * 32}]
     after = action.inputs_parts("service", role, hostvars, ["m"], None)
     assert stage_stamp.changed_inputs(before, after) == ["a secret setting of m"]
+
+
+def test_a_setting_applied_on_every_run_is_not_an_input():
+    # the service applies its API keys on every run (the guard reads the file
+    # again by itself): a new key re-runs that task, not the stage
+    role = str(REPO / "roles" / "inference_service")
+    keys = [{"name": "app", "key": "k" * 32}]
+    hostvars = {"m": Vars(inference_service_api_keys=keys, inference_service_users=[{"name": "op"}],
+                          group_names=["master"])}
+    apart = ("inference_service_api_keys",)
+    before = action.inputs_parts("service", role, hostvars, ["m"], None, apart)
+    hostvars["m"]["inference_service_api_keys"] = [{"name": "app", "key": "j" * 32}]
+    assert action.inputs_parts("service", role, hostvars, ["m"], None, apart) == before
+    # the other secrets still are
+    hostvars["m"]["inference_service_users"] = [{"name": "op2"}]
+    after = action.inputs_parts("service", role, hostvars, ["m"], None, apart)
+    assert stage_stamp.changed_inputs(before, after) == ["a secret setting of m"]
+    # the role's own stamp task names it
+    main = yaml.safe_load((REPO / "roles" / "inference_service" / "tasks" / "main.yml").read_text())
+    stamp = next(t for t in main if t.get("register") == "__service_stamp")["twinrail_stage_stamp"]
+    assert stamp["applied_every_run"] == ["inference_service_api_keys"]
 
 
 def test_the_module_names_the_changed_input(tree, tmp_path, capsys, monkeypatch):

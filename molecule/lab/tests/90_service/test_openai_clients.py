@@ -18,7 +18,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from lab_client import MASTER, PASSWORD, PROJECT, node, wait_available
+from lab_client import MASTER, PASSWORD, PROJECT, changed_by_host, node, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -142,13 +142,15 @@ def test_a_removed_key_stops_working_after_a_re_run(host, tmp_path):
     # the inventory's list less lab-spare (the same lookups: no key is written here)
     without.write_text("inference_service_api_keys:\n  - name: lab-client\n"
                        "    key: \"{{ lookup('ansible.builtin.file', twinrail_lab_state_dir ~ '/api-keys/lab-client') }}\"\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
-    def service_run(*extra: str) -> None:
-        subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), str(PROJECT / "site.yml"),
-                        "--tags", "service", *extra], check=True, capture_output=True, env=env, cwd=PROJECT)
+    def service_run(*extra: str) -> str:
+        return subprocess.run(["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab"), str(PROJECT / "site.yml"),
+                               "--tags", "service", *extra], check=True, capture_output=True, text=True, env=env,
+                              cwd=PROJECT).stdout
 
     pid = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout
+    restored = False
     try:
         service_run("-e", f"@{without}")
         with pytest.raises(openai.AuthenticationError):
@@ -156,6 +158,16 @@ def test_a_removed_key_stops_working_after_a_re_run(host, tmp_path):
         assert client(key("lab-client")).models.list().data
         # the guard read the new digests itself: nothing restarted
         assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout == pid
+        # the key given back: the stamp the run before left holds (the keys
+        # are not among its inputs), so only the keys' file is written
+        out = service_run()
+        restored = True
+        assert "service: lab-master: nothing changed since " in out, out[-3000:]
+        changed = [line for line in out.splitlines() if line.startswith("changed: ")]
+        recap = changed_by_host(out)
+        assert (recap["lab-master"], recap["lab-worker1"]) == (1, 0) and len(changed) == 1, (recap, changed)
     finally:
-        service_run()
+        if not restored:
+            service_run()
     assert spare.models.list().data
+    assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout == pid
