@@ -150,9 +150,8 @@ def recorded_parts(checked_parts: dict, extra) -> dict:
     return {**checked_parts, **extra_parts(extra)}
 
 
-def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra,
-                  applied_every_run: tuple = ()) -> str:
-    return digest(inputs_parts(stage, role_path, hostvars, hosts, extra, applied_every_run))
+def inputs_digest(stage: str, role_path: str, hostvars, hosts: list[str], extra) -> str:
+    return digest(inputs_parts(stage, role_path, hostvars, hosts, extra))
 
 
 class ActionModule(ActionBase):
