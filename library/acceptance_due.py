@@ -71,8 +71,8 @@ import glob
 import json
 import os
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.measure_due import acceptance_due
+from ansible.module_utils.judge import run_module
 
 
 def newest_report(reports_dir: str) -> tuple[str | None, dict | None]:
@@ -85,25 +85,27 @@ def newest_report(reports_dir: str) -> tuple[str | None, dict | None]:
         return found[-1], json.load(handle)
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "reports_dir": {"type": "path", "required": True},
-            "records": {"type": "dict", "required": True},
-            "settings": {"type": "dict", "required": True},
-            "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
-            "asked": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = {
+    "reports_dir": {"type": "path", "required": True},
+    "records": {"type": "dict", "required": True},
+    "settings": {"type": "dict", "required": True},
+    "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
+    "asked": {"type": "bool", "default": False},
+}
+
+
+def judge(p: dict, warn) -> dict:
     try:
         path, last = newest_report(p["reports_dir"])
     except (OSError, ValueError) as exc:
-        module.warn(f"acceptance: the newest report under {p['reports_dir']} is unreadable ({exc}): measuring")
+        warn(f"acceptance: the newest report under {p['reports_dir']} is unreadable ({exc}): measuring")
         path, last = None, None
     due = acceptance_due(last, p["records"], p["settings"], p["mode"], p["asked"])
-    module.exit_json(changed=False, report=path, **due)
+    return {"changed": False, "report": path, **due}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

@@ -86,36 +86,38 @@ import json
 import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.measure_due import bandwidth_due, bandwidth_fingerprint
+from ansible.module_utils.judge import run_module
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "baseline": {"type": "path"},
-            "rails": {"type": "dict", "required": True},
-            "links": {"type": "dict", "required": True},
-            "counters": {"type": "dict", "required": True},
-            "settings": {"type": "dict", "required": True},
-            "max_age": {"type": "int", "required": True},
-            "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
-            "asked": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = {
+    "baseline": {"type": "path"},
+    "rails": {"type": "dict", "required": True},
+    "links": {"type": "dict", "required": True},
+    "counters": {"type": "dict", "required": True},
+    "settings": {"type": "dict", "required": True},
+    "max_age": {"type": "int", "required": True},
+    "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
+    "asked": {"type": "bool", "default": False},
+}
+
+
+def judge(p: dict, warn) -> dict:
     baseline = None
     if p["baseline"] and os.path.exists(p["baseline"]):
         try:
             with open(p["baseline"], encoding="utf-8") as handle:
                 baseline = json.load(handle)
         except (OSError, ValueError) as exc:
-            module.warn(f"bandwidth: the kept baseline {p['baseline']} is unreadable ({exc}): measuring")
+            warn(f"bandwidth: the kept baseline {p['baseline']} is unreadable ({exc}): measuring")
     fingerprint = bandwidth_fingerprint(p["rails"], p["links"])
     due = bandwidth_due(baseline, fingerprint, p["settings"], p["counters"], time.time(),
                         p["max_age"], p["mode"], p["asked"])
-    module.exit_json(changed=False, fingerprint=fingerprint, **due)
+    return {"changed": False, "fingerprint": fingerprint, **due}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

@@ -84,26 +84,24 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.perftest import baseline_drops, verdict
+from ansible.module_utils.judge import run_module
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "rails": {"type": "list", "elements": "dict", "required": True},
-            "aggregates": {"type": "list", "elements": "dict", "default": []},
-            "counters_before": {"type": "dict", "required": True},
-            "counters_after": {"type": "dict", "required": True},
-            "max_latency_spread_pct": {"type": "float", "default": 1.0},
-            "baseline": {"type": "dict"},
-            "max_drop_pct": {"type": "float", "default": 10},
-            "fail_on_drop": {"type": "bool", "default": False},
-            "fail": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = {
+    "rails": {"type": "list", "elements": "dict", "required": True},
+    "aggregates": {"type": "list", "elements": "dict", "default": []},
+    "counters_before": {"type": "dict", "required": True},
+    "counters_after": {"type": "dict", "required": True},
+    "max_latency_spread_pct": {"type": "float", "default": 1.0},
+    "baseline": {"type": "dict"},
+    "max_drop_pct": {"type": "float", "default": 10},
+    "fail_on_drop": {"type": "bool", "default": False},
+    "fail": {"type": "bool", "default": True},
+}
+
+
+def judge(p: dict, warn) -> dict:
     report = verdict(p["rails"], p["aggregates"], p["counters_before"], p["counters_after"],
                      p["max_latency_spread_pct"])
     drops = baseline_drops(report, p["baseline"], p["max_drop_pct"])
@@ -112,12 +110,15 @@ def main() -> None:
     if drops and p["fail_on_drop"]:
         failures += [f"below baseline: {d}" for d in drops]
     elif drops:
-        module.warn("bandwidth: below the kept baseline: " + "; ".join(drops))
+        warn("bandwidth: below the kept baseline: " + "; ".join(drops))
     report["passed"] = not failures
     if failures and p["fail"]:
-        module.fail_json(msg="bandwidth: " + " | ".join(failures), report=report,
-                         failures=failures)
-    module.exit_json(changed=False, report=report, failures=failures)
+        return {"failed": True, "msg": "bandwidth: " + " | ".join(failures), "report": report, "failures": failures}
+    return {"changed": False, "report": report, "failures": failures}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

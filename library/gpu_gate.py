@@ -46,20 +46,26 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_facts import gpu_gate
+from ansible.module_utils.judge import run_module
+
+
+ARGUMENT_SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "cuda_required": {"type": "bool", "default": False},
+}
+
+
+def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
+    failures = gpu_gate(params["facts"], params["cuda_required"])
+    if failures:
+        return {"failed": True, "msg": "preflight: " + "; ".join(failures) + "; nothing was changed",
+                "failures": failures}
+    return {"changed": False, "failures": []}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"facts": {"type": "dict", "required": True},
-                       "cuda_required": {"type": "bool", "default": False}},
-        supports_check_mode=True,
-    )
-    failures = gpu_gate(module.params["facts"], module.params["cuda_required"])
-    if failures:
-        module.fail_json(msg="preflight: " + "; ".join(failures) + "; nothing was changed", failures=failures)
-    module.exit_json(changed=False, failures=[])
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

@@ -71,29 +71,36 @@ msg:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.hardware_profile import host_facts, judge
+from ansible.module_utils.hardware_profile import host_facts
+from ansible.module_utils.hardware_profile import judge as judge_profile
+from ansible.module_utils.judge import run_module
 
 
-def main():
-    module = AnsibleModule(argument_spec={
-        "profile": {"type": "str", "required": True},
-        "expect": {"type": "dict", "required": True},
-        "architecture": {"type": "dict", "required": True},
-        "hardware": {"type": "dict", "required": True},
-        "gpu": {"type": "dict", "required": True},
-        "cuda": {"type": "bool", "default": False},
-        "rdma": {"type": "bool", "default": False},
-    }, supports_check_mode=True)
-    p = module.params
+ARGUMENT_SPEC = {
+    "profile": {"type": "str", "required": True},
+    "expect": {"type": "dict", "required": True},
+    "architecture": {"type": "dict", "required": True},
+    "hardware": {"type": "dict", "required": True},
+    "gpu": {"type": "dict", "required": True},
+    "cuda": {"type": "bool", "default": False},
+    "rdma": {"type": "bool", "default": False},
+}
+
+
+def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     hosts = host_facts(p["architecture"], p["hardware"], p["gpu"])
-    failures = judge(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"])
+    failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"])
     if failures:
-        module.fail_json(msg=f"preflight: the hosts are not what twinrail_profile {p['profile']} says: "
-                             + "; ".join(failures) + ". Nothing was changed", failures=failures)
-    module.exit_json(changed=False, msg=f"preflight: {', '.join(sorted(hosts))} match twinrail_profile "
-                                        f"{p['profile']} ({p['expect']['architecture']}"
-                                        f"{', GPU' if p['expect']['gpu'] else ''}{', RDMA' if p['expect']['rdma'] else ''})")
+        return {"failed": True, "failures": failures,
+                "msg": f"preflight: the hosts are not what twinrail_profile {p['profile']} says: "
+                       + "; ".join(failures) + ". Nothing was changed"}
+    return {"changed": False, "msg": f"preflight: {', '.join(sorted(hosts))} match twinrail_profile "
+                                     f"{p['profile']} ({p['expect']['architecture']}"
+                                     f"{', GPU' if p['expect']['gpu'] else ''}{', RDMA' if p['expect']['rdma'] else ''})"}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

@@ -70,28 +70,29 @@ degraded:
   type: bool
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.rdma_link import rail_gate
+from ansible.module_utils.judge import run_module
+
+
+ARGUMENT_SPEC = {
+    "links": {"type": "dict", "required": True},
+    "pings": {"type": "dict", "default": {}},
+    "expected_rate_gbps": {"type": "float", "required": True},
+    "allow_single_rail": {"type": "bool", "default": False},
+}
+
+
+def judge(params: dict, warn) -> dict:
+    result = rail_gate(params["links"], params["expected_rate_gbps"], params["allow_single_rail"], params["pings"])
+    if not result["passed"]:
+        return {"failed": True, "msg": "rdma: " + " | ".join(result["failures"]), **result}
+    if result["degraded"]:
+        warn("rdma: going on with " + ", ".join(result["healthy"]) + " only: " + " | ".join(result["failures"]))
+    return {"changed": False, **result}
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "links": {"type": "dict", "required": True},
-            "pings": {"type": "dict", "default": {}},
-            "expected_rate_gbps": {"type": "float", "required": True},
-            "allow_single_rail": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    result = rail_gate(module.params["links"], module.params["expected_rate_gbps"],
-                       module.params["allow_single_rail"], module.params["pings"])
-    if not result["passed"]:
-        module.fail_json(msg="rdma: " + " | ".join(result["failures"]), **result)
-    if result["degraded"]:
-        module.warn("rdma: going on with " + ", ".join(result["healthy"]) + " only: "
-                    + " | ".join(result["failures"]))
-    module.exit_json(changed=False, **result)
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

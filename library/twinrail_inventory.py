@@ -71,8 +71,8 @@ import glob
 import os
 
 import yaml
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.inventory_rules import validate
+from ansible.module_utils.judge import run_module
 
 
 def stage_settings(roles_dir: str) -> set:
@@ -86,27 +86,28 @@ def stage_settings(roles_dir: str) -> set:
     return names
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "groups": {"type": "dict", "required": True},
-            "nodes": {"type": "dict", "required": True},
-            "names": {"type": "dict"},
-            "roles_dir": {"type": "path"},
-        },
-        supports_check_mode=True,
-    )
-    groups = module.params["groups"]
-    p = module.params
+ARGUMENT_SPEC = {
+    "groups": {"type": "dict", "required": True},
+    "nodes": {"type": "dict", "required": True},
+    "names": {"type": "dict"},
+    "roles_dir": {"type": "path"},
+}
+
+
+def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
+    groups = p["groups"]
     settings = stage_settings(p["roles_dir"]) if p["roles_dir"] else set()
     errors = validate(groups, p["nodes"], p["names"], settings)
     checked = list(groups.get("master") or []) + list(groups.get("workers") or [])
     if errors:
-        module.fail_json(
-            msg="preflight: the inventory has {0} defect(s); nothing was changed on "
-                "any host:\n{1}".format(len(errors), "\n".join(errors)),
-            errors=errors, nodes=checked)
-    module.exit_json(changed=False, errors=[], nodes=checked)
+        return {"failed": True, "errors": errors, "nodes": checked,
+                "msg": "preflight: the inventory has {0} defect(s); nothing was changed on "
+                       "any host:\n{1}".format(len(errors), "\n".join(errors))}
+    return {"changed": False, "errors": [], "nodes": checked}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

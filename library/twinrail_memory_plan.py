@@ -79,53 +79,55 @@ plan:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gguf_figures import GGUFError, cached_model_figures
 from ansible.module_utils.memory_plan import plan
+from ansible.module_utils.judge import run_module
 
 FROM_GGUF = ("params_b", "bits_per_param", "layers", "kv_heads", "head_dim")
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "model": {"type": "dict", "required": True},
-            "memory_mb": {"type": "dict", "required": True},
-            "soft_watermark_pct": {"type": "float", "required": True},
-            "hard_watermark_pct": {"type": "float", "required": True},
-            "overhead": {"type": "float", "default": 1.2},
-        },
-        supports_check_mode=True,
-    )
-    model = dict(module.params["model"])
+ARGUMENT_SPEC = {
+    "model": {"type": "dict", "required": True},
+    "memory_mb": {"type": "dict", "required": True},
+    "soft_watermark_pct": {"type": "float", "required": True},
+    "hard_watermark_pct": {"type": "float", "required": True},
+    "overhead": {"type": "float", "default": 1.2},
+}
+
+
+def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
+    model = dict(params["model"])
     source = "inventory"
     gguf = model.get("gguf") or ""
     if gguf:
         if not os.path.isfile(gguf):
-            module.fail_json(msg=f"preflight: twinrail_model.gguf: expected a GGUF file on "
-                                 f"the controller, got {gguf!r}, which does not exist")
+            return {"failed": True, "msg": f"preflight: twinrail_model.gguf: expected a GGUF file on "
+                                           f"the controller, got {gguf!r}, which does not exist"}
         try:
             figures = cached_model_figures(gguf)
         except GGUFError as exc:
-            module.fail_json(msg=f"preflight: twinrail_model.gguf: {exc}")
+            return {"failed": True, "msg": f"preflight: twinrail_model.gguf: {exc}"}
         for key in FROM_GGUF:
             model[key] = figures[key]
         source = gguf
     memory = {}
-    for host, mib in module.params["memory_mb"].items():
+    for host, mib in params["memory_mb"].items():
         try:
             memory[host] = int(mib) * (1 << 20)
         except (TypeError, ValueError):
-            module.fail_json(msg=f"preflight: {host}: ansible_memtotal_mb: expected a "
-                                 f"number of MiB, got {mib!r}")
-    result = plan(model, memory, module.params["soft_watermark_pct"],
-                  module.params["hard_watermark_pct"], module.params["overhead"])
+            return {"failed": True, "msg": f"preflight: {host}: ansible_memtotal_mb: expected a "
+                                           f"number of MiB, got {mib!r}"}
+    result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"])
     lines = [f"model figures from {source}"] + result.pop("lines")
     failures = result.pop("failures")
     if failures:
-        module.fail_json(msg="preflight: " + "; ".join(failures),
-                         lines=lines, failures=failures, plan=result, source=source)
-    module.exit_json(changed=False, lines=lines, plan=result, source=source, model=model)
+        return {"failed": True, "msg": "preflight: " + "; ".join(failures),
+                "lines": lines, "failures": failures, "plan": result, "source": source}
+    return {"changed": False, "lines": lines, "plan": result, "source": source, "model": model}
+
+
+def main() -> None:
+    run_module(ARGUMENT_SPEC, judge)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ outlives the timeout fails the task, naming it."""
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,8 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "action_plugins"))
-from twinrail_follow import last_line  # noqa: E402  pylint: disable=wrong-import-position
+# by path: action_plugins/ on sys.path would shadow the library modules of
+# the same name (the judges' actions, action_plugins/twinrail_judge.py)
+_spec = importlib.util.spec_from_file_location("follow_action", REPO / "action_plugins" / "twinrail_follow.py")
+_follow = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_follow)
+last_line = _follow.last_line
 
 
 def play(tmp_path: Path, script: str, **follow) -> tuple[subprocess.CompletedProcess, dict]:
