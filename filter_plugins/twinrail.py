@@ -396,6 +396,14 @@ def weights_controller_sources(sets: list[dict]) -> dict:
     return out
 
 
+def weights_controller_bytes(sets: list[dict]) -> int:
+    """The bytes of every file of the sets kept on the controller (as
+    twinrail_weights_controller_sources lists them), for preflight's disk
+    gate: read where they are, no module started for it."""
+    return sum(entry[1] for files in weights_controller_sources(sets).values() for entry in files or []
+               if entry[1] is not None)
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -421,4 +429,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_unit_pids": unit_pids,
             "twinrail_units_restarted": units_restarted,
             "twinrail_weights_controller_sources": weights_controller_sources,
+            "twinrail_weights_controller_bytes": weights_controller_bytes,
         }

@@ -36,6 +36,15 @@ options:
         description: What needs the space, for the messages.
         type: str
         required: true
+      held:
+        description:
+          - Paths that already hold part of what is needed (a weight set's
+            revision synced before). Their apparent size, as
+            C(du --apparent-size) counts it, is taken off O(needs[].bytes),
+            down to zero; a path that is not there holds nothing.
+        type: list
+        elements: path
+        default: []
 """
 
 EXAMPLES = r"""
@@ -56,7 +65,18 @@ filesystems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.disk_space import check
+from ansible.module_utils.disk_space import check, held_bytes
+
+
+def less_held(module: AnsibleModule, need: dict) -> dict:
+    """The need less what its `held` paths already hold (du's apparent size, summed)."""
+    if not need["held"]:
+        return need
+    _, out, _ = module.run_command(["du", "-s", "-B1", "--apparent-size", "--total", "--", *need["held"]],
+                                   environ_update={"LC_ALL": "C"})
+    held = held_bytes(out)
+    return dict(need, bytes=max(need["bytes"] - held, 0), held_bytes=held,
+                what=f"{need['what']}, less the {held} bytes of them already there")
 
 
 def main() -> None:
@@ -66,6 +86,7 @@ def main() -> None:
                 "path": {"type": "path", "required": True},
                 "bytes": {"type": "int", "required": True},
                 "what": {"type": "str", "required": True},
+                "held": {"type": "list", "elements": "path", "default": []},
             }},
             "host": {"type": "str", "required": True},
         },
@@ -75,7 +96,8 @@ def main() -> None:
         if not need["path"].startswith("/") or need["bytes"] < 0:
             module.fail_json(msg=f"preflight: needs: expected an absolute path and a "
                                  f"byte count >= 0, got {need!r}")
-    result = check(module.params["needs"], module.params["host"])
+    needs = [less_held(module, need) for need in module.params["needs"]]
+    result = check(needs, module.params["host"])
     if result["failures"]:
         module.fail_json(msg="preflight: " + "; ".join(result["failures"]), **result)
     module.exit_json(changed=False, **result)

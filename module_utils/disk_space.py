@@ -31,6 +31,15 @@ def mount_point(path: str) -> str:
     return path
 
 
+def held_bytes(du_output: str) -> int:
+    """The `total` line of `du -s -B1 --apparent-size --total` (0 when du found none of the paths)."""
+    for line in du_output.splitlines():
+        size, _, name = line.partition("\t")
+        if name == "total":
+            return int(size)
+    return 0
+
+
 def check(needs: list[dict], host: str, stat=os.stat, statvfs=os.statvfs) -> dict:
     """needs: [{path, bytes, what}] -> {'filesystems': [...], 'failures': [...]}"""
     groups: dict[int, dict] = {}

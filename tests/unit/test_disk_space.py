@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
 import twinrail_disk_space
-from disk_space import check, nearest_existing
+from disk_space import check, held_bytes, nearest_existing
 
 
 def free(path) -> int:
@@ -53,3 +54,41 @@ def test_module_fails_with_host_and_figures(tmp_path, capsys):
     assert exited.value.code == 1
     assert result["msg"].startswith("preflight: spark-b: disk: ")
     assert "GiB free, required" in result["msg"]
+
+
+def du(*paths) -> str:
+    """du's own output, as the module runs it (a missing path is an error on stderr)."""
+    return subprocess.run(["du", "-s", "-B1", "--apparent-size", "--total", "--", *map(str, paths)],
+                          capture_output=True, text=True, env=dict(os.environ, LC_ALL="C"), check=False).stdout
+
+
+def test_what_a_node_holds_is_read_from_du(tmp_path):
+    held = tmp_path / "model" / "r1"
+    held.mkdir(parents=True)
+    (held / "shard.bin").write_bytes(b"\0" * 5000)
+    out = du(held, tmp_path / "model" / "r2")
+    assert held_bytes(out) >= 5000 and held_bytes(du(tmp_path / "none")) == 0
+
+
+def test_what_a_node_already_holds_is_taken_off_the_need(tmp_path, capsys):
+    held = tmp_path / "models" / "m" / "r1"
+    held.mkdir(parents=True)
+    # sparse: 1 GiB to du's apparent size, nothing on the disk; half of it
+    # either side of the free space, whatever else writes meanwhile
+    with (held / "shard.bin").open("wb") as handle:
+        handle.truncate(1 << 30)
+    avail = free(tmp_path)
+    args = {"host": "spark-b", "needs": [
+        {"path": str(tmp_path / "models"), "bytes": avail + (1 << 29), "what": "the weight sets",
+         "held": [str(held), str(tmp_path / "models" / "m" / "r2")]}]}
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        twinrail_disk_space.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exited.value.code == 0, result
+    (need,) = result["filesystems"][0]["needs"]
+    assert "the weight sets, less the " in need and "bytes of them already there" in need
+    args["needs"][0]["held"] = [str(tmp_path / "models" / "m" / "r2")]
+    with patch_module_args(args), pytest.raises(SystemExit) as exited:
+        twinrail_disk_space.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exited.value.code == 1 and "spark-b: disk: " in result["msg"]

@@ -34,7 +34,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
-            "twinrail_units_restarted", "twinrail_weights_controller_sources"}
+            "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes"}
 
 
 # ------------------------------------------------------------ drift
@@ -382,3 +382,18 @@ def test_the_weights_stamp_sees_a_controller_source_change_without_reading_it(tm
     os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns))
     after = filters.weights_controller_sources(sets)
     assert after != before and shard.stat().st_mtime_ns == info.st_mtime_ns
+
+
+def test_the_disk_gate_counts_the_controller_sources_files_only(tmp_path):
+    source = tmp_path / "model"
+    (source / "layers").mkdir(parents=True)
+    (source / "layers" / "shard-1.bin").write_bytes(b"\0" * 4096)
+    (source / "SHA256SUMS").write_text("x  layers/shard-1.bin\n")
+    elsewhere = tmp_path / "on-the-master"
+    elsewhere.mkdir()
+    (elsewhere / "big.bin").write_bytes(b"\0" * 100000)
+    sets = [{"model": "m", "revision": "r1", "source": "controller", "path": str(source)},
+            {"model": "m2", "revision": "r2", "source": "master", "path": str(elsewhere)},
+            {"model": "m3", "revision": "r3", "source": "controller", "path": str(tmp_path / "absent")}]
+    assert filters.weights_controller_bytes(sets) == 4096 + 22
+    assert filters.weights_controller_bytes([]) == 0
