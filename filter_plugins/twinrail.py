@@ -17,7 +17,7 @@ DOCUMENTATION = r"""
 name: twinrail
 short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
-  - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_reachability, twinrail_rails_routed_directly,
+  - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_probes, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
     twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
     twinrail_transport_problems, twinrail_tensor_split, twinrail_service_restarts,
@@ -130,20 +130,19 @@ def rails_drifted(rails: list[dict], addresses: list[dict], routes: list[dict], 
     return drifted
 
 
-def rail_reachability(pings: list[dict], routes: list[dict], loop_var: str) -> dict:
-    """rail -> peer -> whether the full-MTU ping reached the peer and the
-    route to it left through the rail's interface. ``pings`` and ``routes``
-    are the results of two loops over the same (rail, peer) pairs, the pair
-    under ``loop_var``."""
-    out: dict = {}
-    for ping, route in zip(pings, routes):
-        rail, peer = ping[loop_var][0], ping[loop_var][1]
-        dev = ""
-        if route.get("rc") == 0:
-            found = json.loads(route.get("stdout") or "[]")
-            dev = found[0].get("dev", "") if found else ""
-        out.setdefault(rail["name"], {})[peer] = ping.get("rc") == 0 and dev == rail["interface"]
-    return out
+def rail_probes(rails: list[dict], peers: dict, default_mtu: int) -> list[dict]:
+    """The rail gate's probes from this node (rdma_link_facts' `peers`): one
+    per rail and peer, peers in name order, the peer's address on the same
+    rail, without prefix lengths. ``peers`` maps each other node to its
+    twinrail_rails."""
+    probes = []
+    for rail in rails:
+        for peer in sorted(peers):
+            theirs = _rail(peers[peer], rail["name"])
+            probes.append({"rail": rail["name"], "interface": rail["interface"],
+                           "own": _bare(rail["address"]), "peer": peer, "address": _bare(theirs["address"]),
+                           "mtu": int(rail.get("mtu") or default_mtu)})
+    return probes
 
 
 def rails_routed_directly(routes: list[dict], rails: list[dict], loop_var: str) -> list[dict]:
@@ -413,7 +412,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_bandwidth_rails": bandwidth_rails,
             "twinrail_bandwidth_aggregates": bandwidth_aggregates,
             "twinrail_rails_drifted": rails_drifted,
-            "twinrail_rail_reachability": rail_reachability,
+            "twinrail_rail_probes": rail_probes,
             "twinrail_weights_needed": weights_needed,
             "twinrail_rails_routed_directly": rails_routed_directly,
             "twinrail_rail_problems": rail_problems,

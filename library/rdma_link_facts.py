@@ -27,6 +27,27 @@ options:
     description: Where sysfs is mounted.
     type: path
     default: /sys
+  peers:
+    description:
+      - The rail gate's probes of this node's peers (the filter
+        C(twinrail_rail_probes) makes them), one per rail and peer, all at
+        once. Each runs C(ip -j route get ADDRESS from OWN) and a full-MTU
+        ping with DF set (C(ping -M do -s MTU-28 -I OWN ADDRESS)); RV(reachability)
+        says which passed. Read-only, so they run in check mode too.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      rail: {description: The rail's name., type: str, required: true}
+      interface: {description: This node's interface of the rail., type: str, required: true}
+      own: {description: This node's address on the rail., type: str, required: true}
+      peer: {description: The peer's inventory name., type: str, required: true}
+      address: {description: The peer's address on the rail., type: str, required: true}
+      mtu: {description: The rail's MTU., type: int, required: true}
+  ping_count:
+    description: Pings per probe.
+    type: int
+    default: 3
 attributes:
   check_mode:
     support: full
@@ -48,6 +69,12 @@ kernel:
   description: The running kernel's release (what a bandwidth baseline is valid for).
   returned: always
   type: str
+reachability:
+  description: >-
+    Per rail name, per peer, whether the full-MTU ping reached the peer and
+    the route to it left by the rail's interface (empty without O(peers)).
+  returned: always
+  type: dict
 rails:
   description: >-
     Per rail name, its state (up, problem, rate_gbps, netdev with driver and PCIe link, port with firmware,
@@ -60,7 +87,7 @@ import platform
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, rail_state
+from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state
 
 
 def main() -> None:
@@ -68,6 +95,15 @@ def main() -> None:
         argument_spec={
             "rails": {"type": "list", "elements": "dict", "required": True},
             "sysfs_root": {"type": "path", "default": "/sys"},
+            "peers": {"type": "list", "elements": "dict", "default": [], "options": {
+                "rail": {"type": "str", "required": True},
+                "interface": {"type": "str", "required": True},
+                "own": {"type": "str", "required": True},
+                "peer": {"type": "str", "required": True},
+                "address": {"type": "str", "required": True},
+                "mtu": {"type": "int", "required": True},
+            }},
+            "ping_count": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )
@@ -92,7 +128,10 @@ def main() -> None:
             machine_id = handle.read().strip() or None
     except OSError:
         machine_id = None
-    module.exit_json(changed=False, rails=states, kernel=platform.release(), machine_id=machine_id)
+    reachability = probe_peers(module.params["peers"], lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
+                               module.params["ping_count"])
+    module.exit_json(changed=False, rails=states, kernel=platform.release(), machine_id=machine_id,
+                     reachability=reachability)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ from documents) and returns plain dicts. No Ansible import.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 IB_MTU = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 
@@ -375,3 +377,31 @@ def rail_gate(links: dict, expected_rate_gbps: float, allow_single_rail: bool,
     passed = not failed or (allow_single_rail and bool(healthy))
     return {"healthy": healthy, "failed_rails": sorted(failed), "failures": failures,
             "passed": passed, "degraded": bool(failed) and passed}
+
+
+def route_dev(ip_route_get_json: str) -> str:
+    """The interface `ip -j route get PEER from OWN` leaves by ('' when there is none)."""
+    found = json.loads(ip_route_get_json or "[]")
+    return found[0].get("dev", "") if found else ""
+
+
+def probe_peers(probes: list[dict], run, ping_count: int) -> dict:
+    """rail -> peer -> whether a full-MTU ping (DF set) from the rail's own
+    address reached the peer's address on that rail and the route to it left
+    by the rail's interface. Each probe is {rail, interface, own, peer,
+    address, mtu}; `run(argv) -> (rc, stdout, stderr)` runs a command. The
+    peers are probed at once (one thread each), so a node with seven peers
+    waits for one ping's time, not seven."""
+
+    def one(probe: dict) -> tuple[dict, bool]:
+        rc, out, _ = run(["ip", "-j", "route", "get", probe["address"], "from", probe["own"]])
+        dev = route_dev(out) if rc == 0 else ""
+        ping_rc, _, _ = run(["ping", "-n", "-q", "-c", str(ping_count), "-i", "0.2", "-W", "1", "-M", "do",
+                             "-s", str(int(probe["mtu"]) - 28), "-I", probe["own"], probe["address"]])
+        return probe, ping_rc == 0 and dev == probe["interface"]
+
+    out: dict = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(probes), 16))) as pool:
+        for probe, reached in pool.map(one, probes):
+            out.setdefault(probe["rail"], {})[probe["peer"]] = reached
+    return out

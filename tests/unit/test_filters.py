@@ -29,7 +29,7 @@ def capture(name: str):
 
 def test_the_ansible_plugin_loader_finds_every_filter():
     assert set(filters.FilterModule().filters()) == {
-        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_reachability", "twinrail_weights_needed",
+        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_probes", "twinrail_weights_needed",
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
@@ -73,28 +73,17 @@ def test_a_rail_whose_table_lost_its_route_has_drifted_and_a_rail_set_down_has_n
 
 # ------------------------------------------------------------ reachability
 
-def loop_results(pings_rc: list[int], route_files: list[str | None]):
-    pairs = [(RAILS[0], "lab-worker1"), (RAILS[1], "lab-worker1")]
-    pings = [{"rc": rc, "__probe": list(pair)} for rc, pair in zip(pings_rc, pairs)]
-    routes = [{"rc": 0, "stdout": (LAB / f).read_text()} if f else {"rc": 2, "stdout": ""} for f in route_files]
-    return pings, routes
-
-
-def test_a_rail_is_reachable_when_the_ping_passed_through_its_own_interface():
-    pings, routes = loop_results([0, 0], ["ip_j_route_get_rail0_peer_lab_master.json",
-                                          "ip_j_route_get_rail1_peer_lab_master.json"])
-    assert filters.rail_reachability(pings, routes, "__probe") == {"rail0": {"lab-worker1": True},
-                                                                   "rail1": {"lab-worker1": True}}
-
-
-def test_a_failed_ping_a_missing_route_or_a_route_through_another_rail_is_not():
-    pings, routes = loop_results([1, 0], ["ip_j_route_get_rail0_peer_lab_master.json", None])
-    assert filters.rail_reachability(pings, routes, "__probe") == {"rail0": {"lab-worker1": False},
-                                                                   "rail1": {"lab-worker1": False}}
-    # rail1's peer routed through rail0's interface: the ping passes, the rail does not carry it
-    pings, routes = loop_results([0, 0], ["ip_j_route_get_rail0_peer_lab_master.json",
-                                          "ip_j_route_get_rail0_peer_lab_master.json"])
-    assert filters.rail_reachability(pings, routes, "__probe")["rail1"] == {"lab-worker1": False}
+def test_the_rail_gate_probes_every_peer_on_every_rail_in_name_order():
+    third = [dict(r, address=r["address"].replace(".1/24", ".3/24")) for r in RAILS]
+    probes = filters.rail_probes([dict(RAILS[0], mtu=4000), RAILS[1]],
+                                 {"lab-worker2": third, "lab-worker1": WORKER_RAILS}, 9000)
+    assert [(p["rail"], p["peer"], p["own"], p["address"], p["mtu"]) for p in probes] == [
+        ("rail0", "lab-worker1", "198.19.0.1", "198.19.0.2", 4000),
+        ("rail0", "lab-worker2", "198.19.0.1", "198.19.0.3", 4000),
+        ("rail1", "lab-worker1", "198.19.1.1", "198.19.1.2", 9000),
+        ("rail1", "lab-worker2", "198.19.1.1", "198.19.1.3", 9000)]
+    assert {p["interface"] for p in probes if p["rail"] == "rail1"} == {"ens1f1np1"}
+    assert filters.rail_probes(RAILS, {}, 9000) == []
 
 
 def test_only_the_rails_whose_route_leaves_by_their_own_interface_carry_weights():

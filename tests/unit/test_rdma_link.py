@@ -216,3 +216,48 @@ def test_a_pcie_link_trained_below_its_capability_fails_the_rail_naming_host_and
         "reseat the card or check the slot"]
     (device / "current_link_width").write_text("4\n")
     assert rail_state(str(root), RAIL)["pcie_problem"] is None
+
+
+# ------------------------------------------------------------ the gate's probes
+
+LAB = FIXTURES / "lab"
+PROBES = [{"rail": "rail0", "interface": "ens1f0np0", "own": "198.19.0.1", "peer": "lab-worker1",
+           "address": "198.19.0.2", "mtu": 9000},
+          {"rail": "rail1", "interface": "ens1f1np1", "own": "198.19.1.1", "peer": "lab-worker1",
+           "address": "198.19.1.2", "mtu": 9000}]
+
+
+def runner(routes: dict, pings: dict, seen: list):
+    """A node whose `ip -j route get` answers with the lab's real captures."""
+    def run(argv):
+        seen.append(argv)
+        if argv[:4] == ["ip", "-j", "route", "get"]:
+            name = routes.get(argv[4])
+            return (0, (LAB / name).read_text(), "") if name else (2, "", "RTNETLINK answers: Network is unreachable")
+        return pings.get(argv[-1], 1), "", ""
+    return run
+
+
+def test_a_probe_passes_when_the_ping_passed_through_the_rails_own_interface():
+    assert rdma_link.route_dev((LAB / "ip_j_route_get_rail1_peer_lab_master.json").read_text()) == "ens1f1np1"
+    seen: list = []
+    routes = {"198.19.0.2": "ip_j_route_get_rail0_peer_lab_master.json",
+              "198.19.1.2": "ip_j_route_get_rail1_peer_lab_master.json"}
+    run = runner(routes, {"198.19.0.2": 0, "198.19.1.2": 0}, seen)
+    assert rdma_link.probe_peers(PROBES, run, 3) == {"rail0": {"lab-worker1": True}, "rail1": {"lab-worker1": True}}
+    pings = [argv for argv in seen if argv[0] == "ping"]
+    assert sorted(p[-1] for p in pings) == ["198.19.0.2", "198.19.1.2"]
+    assert all(p[p.index("-s") + 1] == "8972" and p[p.index("-M") + 1] == "do" and p[p.index("-c") + 1] == "3"
+               for p in pings)
+
+
+def test_a_failed_ping_a_missing_route_or_a_route_through_another_rail_fails_the_probe():
+    routes = {"198.19.0.2": "ip_j_route_get_rail0_peer_lab_master.json"}
+    assert rdma_link.probe_peers(PROBES, runner(routes, {"198.19.0.2": 1, "198.19.1.2": 0}, []), 3) == {
+        "rail0": {"lab-worker1": False}, "rail1": {"lab-worker1": False}}
+    # rail1's peer routed through rail0's interface: the ping passes, the rail does not carry it
+    routes = {"198.19.0.2": "ip_j_route_get_rail0_peer_lab_master.json",
+              "198.19.1.2": "ip_j_route_get_rail0_peer_lab_master.json"}
+    assert rdma_link.probe_peers(PROBES, runner(routes, {"198.19.0.2": 0, "198.19.1.2": 0}, []), 3)["rail1"] == {
+        "lab-worker1": False}
+    assert rdma_link.probe_peers([], runner({}, {}, []), 3) == {}
