@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 import re
 from pathlib import Path
@@ -154,10 +153,8 @@ def rails_routed_directly(routes: list[dict], rails: list[dict], loop_var: str) 
     for result in routes:
         item = result[loop_var]
         mine = _rail(rails, item["name"])
-        if result.get("rc") == 0:
-            found = json.loads(result.get("stdout") or "[]")
-            if found and found[0].get("dev", "") == mine["interface"]:
-                direct.append(item)
+        if result.get("rc") == 0 and _module_utils("rdma_link").route_dev(result.get("stdout")) == mine["interface"]:
+            direct.append(item)
     return direct
 
 
