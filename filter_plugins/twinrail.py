@@ -16,7 +16,7 @@ DOCUMENTATION = r"""
 name: twinrail
 short_description: twinrail's filters (rails, bandwidth plan, weights)
 description:
-  - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_probes, twinrail_rails_routed_directly,
+  - twinrail_bandwidth_plan, twinrail_bandwidth_rails, twinrail_bandwidth_clients, twinrail_bandwidth_aggregates, twinrail_rails_drifted, twinrail_rail_probes, twinrail_rails_routed_directly,
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
     twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
     twinrail_transport_problems, twinrail_tensor_split, twinrail_service_restarts,
@@ -90,6 +90,29 @@ def bandwidth_rails(plan: list[dict], results: list[dict], max_typical_us: float
                         latency=[r["result"] for r in mine if r["kind"] == "lat"],
                         max_typical_us=float(max_typical_us), max_p999_us=float(max_p999_us)))
     return out
+
+
+def bandwidth_clients(plan: list[dict], worker: str, bidirectional: bool, tcp_streams: int,
+                      message_size: int) -> list[dict]:
+    """ib_perftest's `clients` for every rail between the master and
+    ``worker`` at once (plan order): perftest where both ends have an RDMA
+    device, iperf3 with ``tcp_streams`` streams where not."""
+    way = "<->" if bidirectional else "->"
+    clients = []
+    for item in plan:
+        if item["server"] != worker:
+            continue
+        rdma = item["transport"] == "rdma"
+        clients.append({
+            "test": "ib_write_bw" if rdma else "iperf3", "server": item["server_address"],
+            "device": (item["client_device"] or None) if rdma else None,
+            "gid_index": item["client_gid"] if rdma else None,
+            "port": item["port"], "bind_address": item["client_address"],
+            "qps": 1 if rdma else int(tcp_streams), "size": int(message_size) if rdma else None,
+            "label": (f"{item['rail']} {item['client']} {way} {item['server']} "
+                      f"(all rails{', both ways' if bidirectional else ''})"),
+        })
+    return clients
 
 
 def bandwidth_aggregates(aggregates: list[dict], plan: list[dict], master: str, required_gbps: float,
@@ -407,6 +430,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
         return {
             "twinrail_bandwidth_plan": bandwidth_plan,
             "twinrail_bandwidth_rails": bandwidth_rails,
+            "twinrail_bandwidth_clients": bandwidth_clients,
             "twinrail_bandwidth_aggregates": bandwidth_aggregates,
             "twinrail_rails_drifted": rails_drifted,
             "twinrail_rail_probes": rail_probes,

@@ -108,6 +108,17 @@ options:
     description: Fail the task when a gate is missed (false returns passed=false).
     type: bool
     default: true
+  clients:
+    description:
+      - Several clients started at the same time (one thread each), for a
+        measurement of every rail at once; each entry overrides the options
+        it names (O(test), O(server), O(device), O(gid_index), O(port),
+        O(bind_address), O(qps), O(size), O(label)) and the others apply to
+        all. The task waits for every client and returns C(results), one
+        per entry in the order given; a client that fails fails the task
+        with its label.
+    type: list
+    elements: dict
 attributes:
   check_mode:
     support: full
@@ -187,9 +198,16 @@ argv:
   returned: when run
   type: list
   elements: str
+results:
+  description: With O(clients), each client's result (the keys above, and C(label)), in the order given.
+  returned: with clients
+  type: list
+  elements: dict
 """
 
 import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.perftest import PerftestError, gate, parse
@@ -236,6 +254,63 @@ def build_argv(p: dict) -> list[str]:
     return argv
 
 
+CLIENT_KEYS = ("test", "server", "device", "gid_index", "port", "bind_address", "qps", "size", "label")
+
+
+class Failed(Exception):
+    """A run that failed: the task's message and what goes with it."""
+
+    def __init__(self, msg: str, **extra):
+        super().__init__(msg)
+        self.msg, self.extra = msg, extra
+
+
+def timed(argv: list[str], timeout: int) -> list[str]:
+    return ["timeout", "--kill-after=5", str(timeout)] + argv
+
+
+def run_all(argvs: list[list[str]], timeout: int) -> list[tuple[int, str, str]]:
+    """Every command at once, one thread each, each under `timeout` (both
+    sides of a measurement end by themselves); (rc, stdout, stderr) in order."""
+    def one(argv):
+        proc = subprocess.run(timed(argv, timeout), capture_output=True, text=True, check=False,
+                              env=dict(os.environ, LC_ALL="C"))
+        return proc.returncode, proc.stdout, proc.stderr
+    with ThreadPoolExecutor(max_workers=max(1, len(argvs))) as pool:
+        return list(pool.map(one, argvs))
+
+
+def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dict:
+    """The figures and the gates of one run's output (raises Failed)."""
+    label = p["label"] or p["test"]
+    text = out + "\n" + err
+    if argv is not None:
+        if rc in (124, 137):
+            raise Failed(f"bandwidth: {label}: {argv[0]} timed out after {p['timeout']} s (no peer, or the peer hung)",
+                         argv=argv, stdout=out, stderr=err)
+        if rc != 0 and p["test"] != "iperf3":
+            try:
+                parse(text, p["test"])
+            except PerftestError as exc:
+                raise Failed(f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv, rc=rc, stdout=out,
+                             stderr=err) from exc
+            raise Failed(f"bandwidth: {label}: {p['test']} exited {rc}: {(err or out).strip()[-500:]}", argv=argv, rc=rc)
+        if p["mode"] == "server" and p["test"] == "iperf3":
+            if rc != 0:
+                raise Failed(f"bandwidth: {label}: iperf3 server exited {rc}: {err.strip()[-500:]}", argv=argv)
+            return {"changed": False, "argv": argv, "passed": True, "failures": [], "transport": "tcp",
+                    "test": "iperf3"}
+        if p["test"] == "iperf3":
+            text = out
+    try:
+        result = parse(text, p["test"])
+    except PerftestError as exc:
+        raise Failed(f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv) from exc
+    failures = gate(result, p["min_bw_gbps"], p["max_typical_us"], p["max_p999_us"], where=p["label"])
+    result.update(changed=False, passed=not failures, failures=failures, argv=argv)
+    return result
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -264,58 +339,64 @@ def main() -> None:
             "max_p999_us": {"type": "float"},
             "label": {"type": "str", "default": ""},
             "fail_on_gate": {"type": "bool", "default": True},
+            "clients": {"type": "list", "elements": "dict"},
         },
-        required_if=[("mode", "client", ("server", "from_file"), True)],
-        mutually_exclusive=[("size", "all_sizes"), ("duration", "iterations")],
+        required_if=[("mode", "client", ("server", "from_file", "clients"), True)],
+        mutually_exclusive=[("size", "all_sizes"), ("duration", "iterations"), ("clients", "from_file")],
         supports_check_mode=True,
     )
     p = module.params
+    if p["clients"] is not None:
+        measure_all(module, p)
     label = p["label"] or p["test"]
     argv = None
+    rc, out, err = 0, "", ""
     if p["from_file"]:
         if not os.path.isfile(p["from_file"]):
             module.fail_json(msg=f"bandwidth: {label}: from_file {p['from_file']} does not exist")
         with open(p["from_file"], encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+            out = handle.read()
     else:
         argv = build_argv(p)
         if module.check_mode:
             module.exit_json(changed=False, skipped=True, argv=argv,
                              msg="check mode: nothing was measured")
-        rc, out, err = module.run_command(
-            ["timeout", "--kill-after=5", str(p["timeout"])] + argv,
-            environ_update={"LC_ALL": "C"})
-        text = out + "\n" + err
-        if rc in (124, 137):
-            module.fail_json(msg=f"bandwidth: {label}: {argv[0]} timed out after "
-                                 f"{p['timeout']} s (no peer, or the peer hung)",
-                             argv=argv, stdout=out, stderr=err)
-        if rc != 0 and p["test"] != "iperf3":
-            try:
-                parse(text, p["test"])
-            except PerftestError as exc:
-                module.fail_json(msg=f"bandwidth: {label}: {p['test']} failed: {exc}",
-                                 argv=argv, rc=rc, stdout=out, stderr=err)
-            module.fail_json(msg=f"bandwidth: {label}: {p['test']} exited {rc}: "
-                                 f"{(err or out).strip()[-500:]}", argv=argv, rc=rc)
-        if p["mode"] == "server" and p["test"] == "iperf3":
-            if rc != 0:
-                module.fail_json(msg=f"bandwidth: {label}: iperf3 server exited {rc}: "
-                                     f"{err.strip()[-500:]}", argv=argv)
-            module.exit_json(changed=False, argv=argv, passed=True, failures=[],
-                             transport="tcp", test="iperf3")
-        if p["test"] == "iperf3":
-            text = out
+        rc, out, err = module.run_command(timed(argv, p["timeout"]), environ_update={"LC_ALL": "C"})
     try:
-        result = parse(text, p["test"])
-    except PerftestError as exc:
-        module.fail_json(msg=f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv)
-    failures = gate(result, p["min_bw_gbps"], p["max_typical_us"], p["max_p999_us"],
-                    where=p["label"])
-    result.update(changed=False, passed=not failures, failures=failures, argv=argv)
-    if failures and p["fail_on_gate"]:
-        module.fail_json(msg="bandwidth: " + "; ".join(failures), **result)
+        result = outcome(p, argv, rc, out, err)
+    except Failed as exc:
+        module.fail_json(msg=exc.msg, **exc.extra)
+    if result["failures"] and p["fail_on_gate"]:
+        module.fail_json(msg="bandwidth: " + "; ".join(result["failures"]), **result)
     module.exit_json(**result)
+
+
+def measure_all(module: AnsibleModule, p: dict) -> None:
+    """`clients`: every client at once, then every outcome (exits the module)."""
+    if p["mode"] != "client" or not p["clients"]:
+        module.fail_json(msg="bandwidth: clients: a list of one or more clients, with mode client")
+    params = []
+    for index, client in enumerate(p["clients"]):
+        unknown = sorted(set(client) - set(CLIENT_KEYS))
+        if unknown or not client.get("server"):
+            module.fail_json(msg=f"bandwidth: clients[{index}]: needs server and takes only "
+                                 f"{', '.join(CLIENT_KEYS)}; got {', '.join(sorted(client))}")
+        params.append(dict(p, **{k: v for k, v in client.items() if v is not None}))
+    argvs = [build_argv(one) for one in params]
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, argvs=argvs, msg="check mode: nothing was measured")
+    results, errors = [], []
+    for one, argv, (rc, out, err) in zip(params, argvs, run_all(argvs, p["timeout"])):
+        try:
+            results.append(dict(outcome(one, argv, rc, out, err), label=one["label"]))
+        except Failed as exc:
+            errors.append(exc.msg)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
+    failures = [f for r in results for f in r["failures"]]
+    if failures and p["fail_on_gate"]:
+        module.fail_json(msg="bandwidth: " + "; ".join(failures), results=results)
+    module.exit_json(changed=False, results=results, passed=not failures, failures=failures)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
     assert set(filters.FilterModule().filters()) == {
         "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_probes", "twinrail_weights_needed",
         "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
+        "twinrail_bandwidth_clients",
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
@@ -180,6 +181,27 @@ def test_the_aggregate_per_worker_names_its_rails_and_every_run():
         {"client": "lab-master", "server": "lab-worker1", "rails": ["rail0", "rail1"], "bidirectional": False,
          "required_gbps": 18.0, "runs": [[2]]}]
     assert filters.bandwidth_aggregates([], p, "lab-master", 18, 30) == []
+
+
+def test_the_clients_of_one_worker_s_aggregate_run_each_rail_s_own_tool():
+    rdma = [dict(r, rdma_device=f"rocep1s0f{i}") for i, r in enumerate(RAILS)]
+    p = plan(workers=["lab-worker1", "lab-worker2"],
+             rails={"lab-master": rdma, "lab-worker1": [dict(r, rdma_device="mlx5_0") for r in WORKER_RAILS],
+                    "lab-worker2": WORKER_RAILS},
+             links={"lab-master": links(200.0, 3), "lab-worker1": links(100.0, 1), "lab-worker2": links(10.0)})
+    assert filters.bandwidth_clients(p, "lab-worker1", False, 4, 1048576) == [
+        {"test": "ib_write_bw", "server": "198.19.0.2", "device": "rocep1s0f0", "gid_index": 3, "port": 18515,
+         "bind_address": "198.19.0.1", "qps": 1, "size": 1048576,
+         "label": "rail0 lab-master -> lab-worker1 (all rails)"},
+        {"test": "ib_write_bw", "server": "198.19.1.2", "device": "rocep1s0f1", "gid_index": 3, "port": 18516,
+         "bind_address": "198.19.1.1", "qps": 1, "size": 1048576,
+         "label": "rail1 lab-master -> lab-worker1 (all rails)"}]
+    # a worker without RDMA devices: iperf3 with the TCP streams, no device, GID or message size
+    tcp = filters.bandwidth_clients(p, "lab-worker2", True, 4, 1048576)
+    assert [(c["test"], c["port"], c["qps"], c["device"], c["gid_index"], c["size"]) for c in tcp] == [
+        ("iperf3", 5211, 4, None, None, None), ("iperf3", 5212, 4, None, None, None)]
+    assert tcp[1]["label"] == "rail1 lab-master <-> lab-worker2 (all rails, both ways)"
+    assert filters.bandwidth_clients(p, "lab-worker3", False, 4, 1048576) == []
 
 
 # ------------------------------------------------------------ weights

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -91,3 +93,45 @@ def test_saved_capture_of_the_wrong_test(capsys):
     assert code == 1
     assert result["msg"] == ("bandwidth: ib_send_bw: ib_send_bw failed: the output is from "
                              "ib_send_lat, expected ib_send_bw")
+
+
+def test_clients_start_together_and_answer_in_order(monkeypatch):
+    """run_all: real processes, one thread each: two 1-second programs end
+    within about a second of their start, not two, and each answer is its own."""
+    code = "import sys, time; print(sys.argv[1], time.time()); time.sleep(1)"
+    started = time.monotonic()
+    answers = ib_perftest.run_all([[sys.executable, "-c", code, name] for name in ("rail0", "rail1")], timeout=30)
+    took = time.monotonic() - started
+    assert [a[0] for a in answers] == [0, 0]
+    names = [a[1].split()[0] for a in answers]
+    stamps = [float(a[1].split()[1]) for a in answers]
+    assert names == ["rail0", "rail1"]
+    assert abs(stamps[0] - stamps[1]) < 0.9 and took < 1.9, (stamps, took)
+
+
+def test_clients_are_judged_each_on_its_own_output(capsys, monkeypatch):
+    """Each client's real capture parsed on its own, labels kept; one that
+    times out fails the task naming its rail; an unknown key is refused."""
+    capture = (P / "iperf3_tcp_client_json_1stream_wan_71mbps_cloudpilot.json").read_text()
+    seen = []
+
+    def fake_run_all(argvs, timeout):
+        seen.extend(argvs)
+        return [(0, capture, ""), (0, capture, "")]
+    monkeypatch.setattr(ib_perftest, "run_all", fake_run_all)
+    clients = [{"test": "iperf3", "server": f"198.19.{i}.2", "bind_address": f"198.19.{i}.1", "port": 5201 + i,
+                "qps": 4, "label": f"rail{i} lab-master -> lab-worker1 (all rails)"} for i in (0, 1)]
+    code, result = run({"test": "ib_write_bw", "duration": 3, "bidirectional": True, "fail_on_gate": False,
+                        "clients": clients}, capsys)
+    assert code == 0 and result["passed"]
+    assert [r["label"] for r in result["results"]] == [c["label"] for c in clients]
+    assert all(r["transport"] == "tcp" and r["bw_average_gbps"] > 0 for r in result["results"])
+    assert seen[1] == ["iperf3", "--json", "-p", "5202", "-B", "198.19.1.1", "-c", "198.19.1.2", "-P", "4",
+                       "-t", "3", "-O", "1", "--bidir"]
+
+    monkeypatch.setattr(ib_perftest, "run_all", lambda argvs, timeout: [(0, capture, ""), (124, "", "")])
+    code, result = run({"test": "ib_write_bw", "duration": 3, "fail_on_gate": False, "clients": clients}, capsys)
+    assert code == 1 and result["msg"].startswith("bandwidth: rail1 lab-master -> lab-worker1 (all rails): "
+                                                  "iperf3 timed out after 120 s")
+    code, result = run({"test": "ib_write_bw", "clients": [dict(clients[0], rate=5)]}, capsys)
+    assert code == 1 and "clients[0]: needs server and takes only" in result["msg"]
