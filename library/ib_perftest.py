@@ -255,6 +255,7 @@ def build_argv(p: dict) -> list[str]:
 
 
 CLIENT_KEYS = ("test", "server", "device", "gid_index", "port", "bind_address", "qps", "size", "label")
+TESTS = ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat", "iperf3"]
 
 
 class Failed(Exception):
@@ -314,9 +315,7 @@ def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dic
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "test": {"type": "str", "required": True,
-                     "choices": ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat",
-                                 "ib_read_lat", "ib_send_lat", "iperf3"]},
+            "test": {"type": "str", "required": True, "choices": TESTS},
             "mode": {"type": "str", "default": "client", "choices": ["server", "client"]},
             "server": {"type": "str"},
             "device": {"type": "str"},
@@ -378,9 +377,9 @@ def measure_all(module: AnsibleModule, p: dict) -> None:
     params = []
     for index, client in enumerate(p["clients"]):
         unknown = sorted(set(client) - set(CLIENT_KEYS))
-        if unknown or not client.get("server"):
+        if unknown or not client.get("server") or client.get("test", p["test"]) not in TESTS:
             module.fail_json(msg=f"bandwidth: clients[{index}]: needs server and takes only "
-                                 f"{', '.join(CLIENT_KEYS)}; got {', '.join(sorted(client))}")
+                                 f"{', '.join(CLIENT_KEYS)}, test one of {', '.join(TESTS)}; got {client}")
         params.append(dict(p, **{k: v for k, v in client.items() if v is not None}))
     argvs = [build_argv(one) for one in params]
     if module.check_mode:

@@ -135,3 +135,5 @@ def test_clients_are_judged_each_on_its_own_output(capsys, monkeypatch):
                                                   "iperf3 timed out after 120 s")
     code, result = run({"test": "ib_write_bw", "clients": [dict(clients[0], rate=5)]}, capsys)
     assert code == 1 and "clients[0]: needs server and takes only" in result["msg"]
+    code, result = run({"test": "ib_write_bw", "clients": [clients[0], dict(clients[1], test="ib_write_bww")]}, capsys)
+    assert code == 1 and "clients[1]: needs server" in result["msg"] and "ib_write_bww" in result["msg"]
