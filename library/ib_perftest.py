@@ -266,16 +266,13 @@ class Failed(Exception):
         self.msg, self.extra = msg, extra
 
 
-def timed(argv: list[str], timeout: int) -> list[str]:
-    return ["timeout", "--kill-after=5", str(timeout)] + argv
-
-
 def run_all(argvs: list[list[str]], timeout: int) -> list[tuple[int, str, str]]:
-    """Every command at once, one thread each, each under `timeout` (both
-    sides of a measurement end by themselves); (rc, stdout, stderr) in order."""
+    """Every command at once (one run alone, or every client of an
+    aggregate), one thread each, each under `timeout` (both sides of a
+    measurement end by themselves); (rc, stdout, stderr) in order."""
     def one(argv):
-        proc = subprocess.run(timed(argv, timeout), capture_output=True, text=True, check=False,
-                              env=dict(os.environ, LC_ALL="C"))
+        proc = subprocess.run(["timeout", "--kill-after=5", str(timeout)] + argv, capture_output=True,
+                              text=True, check=False, env=dict(os.environ, LC_ALL="C"))
         return proc.returncode, proc.stdout, proc.stderr
     with ThreadPoolExecutor(max_workers=max(1, len(argvs))) as pool:
         return list(pool.map(one, argvs))
@@ -295,7 +292,8 @@ def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dic
             except PerftestError as exc:
                 raise Failed(f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv, rc=rc, stdout=out,
                              stderr=err) from exc
-            raise Failed(f"bandwidth: {label}: {p['test']} exited {rc}: {(err or out).strip()[-500:]}", argv=argv, rc=rc)
+            raise Failed(f"bandwidth: {label}: {p['test']} exited {rc}: {(err or out).strip()[-500:]}",
+                         argv=argv, rc=rc)
         if p["mode"] == "server" and p["test"] == "iperf3":
             if rc != 0:
                 raise Failed(f"bandwidth: {label}: iperf3 server exited {rc}: {err.strip()[-500:]}", argv=argv)
@@ -360,7 +358,7 @@ def main() -> None:
         if module.check_mode:
             module.exit_json(changed=False, skipped=True, argv=argv,
                              msg="check mode: nothing was measured")
-        rc, out, err = module.run_command(timed(argv, p["timeout"]), environ_update={"LC_ALL": "C"})
+        rc, out, err = run_all([argv], p["timeout"])[0]
     try:
         result = outcome(p, argv, rc, out, err)
     except Failed as exc:

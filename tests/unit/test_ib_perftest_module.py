@@ -71,6 +71,7 @@ def test_check_mode_runs_nothing(capsys, monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("a command was run in check mode")
     monkeypatch.setattr(ib_perftest.AnsibleModule, "run_command", refuse)
+    monkeypatch.setattr(ib_perftest, "run_all", refuse)
     code, result = run({"test": "ib_write_bw", "server": "10.100.0.2"}, capsys, check_mode=True)
     assert code == 0 and result["skipped"] and not result["changed"]
 
