@@ -120,6 +120,12 @@ def test_a_transfer_killed_midway_continues_where_it_stopped(tmp_path):
     first = run_streams(str(src), [f"{dest}/"], sizes, 1, slow)
     killer.join()
     assert not first["ok"]
+    # the killed receiver may still be writing its last block after the
+    # parent rsync has been reaped: read what it kept once none is left
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", f"rsync.*{dest}"], check=False).returncode == 0:
+        assert time.monotonic() < deadline, "a killed rsync is still running after 10 s"
+        time.sleep(0.05)
     kept = (dest / "big.gguf").stat().st_size
     assert 0 < kept < len(data)  # --partial kept what had arrived
     second = run_streams(str(src), [f"{dest}/"], sizes, 1, [RSYNC, *OPTS])
