@@ -105,13 +105,14 @@ def test_a_transfer_killed_midway_continues_where_it_stopped(tmp_path):
     (src / "big.gguf").write_bytes(data)
     sizes = {"big.gguf": len(data)}
     slow = [RSYNC, *OPTS, "--bwlimit=2048"]  # 2 MiB/s: about 4 s for the file
+    transfer = f"rsync.*{dest}"  # the rsync processes of this transfer (pkill, pgrep)
 
     def kill_when_half_there():
         partial = dest / "big.gguf"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if partial.exists() and partial.stat().st_size >= len(data) // 4:
-                subprocess.run(["pkill", "-f", f"rsync.*{dest}"], check=False)
+                subprocess.run(["pkill", "-f", transfer], check=False)
                 return
             time.sleep(0.05)
 
@@ -123,7 +124,7 @@ def test_a_transfer_killed_midway_continues_where_it_stopped(tmp_path):
     # the killed receiver may still be writing its last block after the
     # parent rsync has been reaped: read what it kept once none is left
     deadline = time.monotonic() + 10
-    while subprocess.run(["pgrep", "-f", f"rsync.*{dest}"], check=False).returncode == 0:
+    while subprocess.run(["pgrep", "-f", transfer], capture_output=True, check=False).returncode == 0:
         assert time.monotonic() < deadline, "a killed rsync is still running after 10 s"
         time.sleep(0.05)
     kept = (dest / "big.gguf").stat().st_size
