@@ -77,6 +77,7 @@ TWINRAIL_VARIABLES = (
     "twinrail_bandwidth_bidir_min_gbps",
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
     "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
+    "twinrail_site",
     # the lab's own (tools/lab.py, inventory/lab)
     "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
     "twinrail_lab_memory_mb", "twinrail_lab_publish",

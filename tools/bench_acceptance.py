@@ -40,7 +40,7 @@ def llama_bench(repetitions: int) -> dict:
 
 
 def acceptance() -> dict:
-    reports = ROOT / "reports"
+    reports = ROOT / "reports" / "lab"
     before = set(reports.glob("*/acceptance.json"))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(ROOT / "inventory" / "lab"),

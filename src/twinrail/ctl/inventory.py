@@ -10,14 +10,16 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 
 DEFAULTS = {"inference_service_guard_port": 8081, "inference_service_listen_port": 8080,
             "inference_service_proxy_port": 443, "inference_service_rpc_port": 50052,
             "twinrail_memory_soft_watermark_pct": 85, "twinrail_memory_hard_watermark_pct": 92,
             "twinrail_rail_mtu": 9000, "system_backup_record_dir": "/var/lib/twinrail/deployments",
-            "monitoring_prometheus_port": 9090}
+            "monitoring_prometheus_port": 9090, "twinrail_site": None}
 # the monitoring stage's units: their failure blinds the operators, it does not stop the service
 MONITORING_UNITS = {"master": ["prometheus-node-exporter.service", "prometheus.service",
                                "prometheus-alertmanager.service"],
@@ -117,13 +119,45 @@ def parse(listing: dict) -> Cluster:
     return Cluster(nodes=nodes, settings=settings)
 
 
-def load(inventory: str) -> Cluster:
+def ansible_command(name: str) -> str:
+    """The Ansible program installed beside this Python (the virtualenv's
+    bin/, whether or not it is on PATH), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(name)
+    if not found:
+        raise InventoryError(f"{name} not found beside {sys.executable} nor on PATH: install twinrail in the "
+                             "project's virtualenv (make venv) and run .venv/bin/twinrail")
+    return found
+
+
+def vault_args(password_file: str | None = None, ask: bool = False) -> list[str]:
+    """How the vault's password comes in, as ansible-playbook takes it:
+    a password file (or $ANSIBLE_VAULT_PASSWORD_FILE, which Ansible reads
+    itself), or a prompt."""
+    if password_file:
+        return ["--vault-password-file", os.path.expanduser(password_file)]
+    return ["--ask-vault-pass"] if ask else []
+
+
+def site_name(inventory: str) -> str:
+    """The site an inventory describes: the name of its directory
+    (inventory/<site>/, or the directory of an inventory file)."""
+    path = os.path.abspath(os.path.expanduser(inventory))
+    return os.path.basename(path if os.path.isdir(path) else os.path.dirname(path))
+
+
+def load(inventory: str, vault: list[str] | None = None) -> Cluster:
     """Run ansible-inventory on the inventory and parse what it lists."""
-    try:
-        proc = subprocess.run(["ansible-inventory", "-i", inventory, "--list"], capture_output=True, text=True,
-                              timeout=120, check=False)
-    except FileNotFoundError as exc:
-        raise InventoryError("ansible-inventory not found: run twinrail from the project's virtualenv") from exc
+    argv = [ansible_command("ansible-inventory"), "-i", inventory, "--list"] + list(vault or [])
+    # the prompt of --ask-vault-pass reads the terminal: stdin stays the caller's
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300,
+                          check=False)
     if proc.returncode != 0:
-        raise InventoryError(f"inventory {inventory}: ansible-inventory failed: {proc.stderr.strip()[-500:]}")
+        error = proc.stderr.strip()[-500:]
+        if "no vault secrets" in error:
+            error += (" (the inventory holds vault-encrypted values: give --vault-password-file FILE, "
+                      "--ask-vault-pass or $ANSIBLE_VAULT_PASSWORD_FILE)")
+        raise InventoryError(f"inventory {inventory}: ansible-inventory failed: {error}")
     return parse(json.loads(proc.stdout))

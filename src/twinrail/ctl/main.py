@@ -1,9 +1,12 @@
 """twinrail: the operator's command line.
 
-  twinrail status [-i INV] [--json]         the cluster in one screen, a verdict and an exit code
+  twinrail [-i INV] status [--json]         the cluster in one screen, a verdict and an exit code
   twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N]  the service's journals across nodes, by time
   twinrail bench --key-file F [--streams N] [--duration S]  a short load through the proxy, its latency figures
   twinrail drill {kill-worker,stop-worker,cut-rail RAIL,memory-hog} --yes --key-file F   a fault drill, measured
+
+The global options (-i, --timeout, --vault-password-file, --ask-vault-pass)
+are taken before or after the subcommand.
 """
 
 from __future__ import annotations
@@ -20,22 +23,37 @@ from . import bench as bench_mod
 from . import drill as drill_mod
 from . import logs as logs_mod
 from . import probe, status as status_mod
-from .inventory import InventoryError, load
+from .inventory import InventoryError, site_name, vault_args
+from .inventory import load as load_inventory
 
 DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", "inventory/lab")
 
 
+def load(args):
+    """The inventory the command names, its vault opened as asked."""
+    return load_inventory(args.inventory, vault_args(args.vault_password_file, args.ask_vault_pass))
+
+
+def reports_dir(args, cluster) -> Path:
+    """The site's reports on the controller: reports/<site>/, where the
+    stages write them (<site>: the inventory's twinrail_site, else the
+    name of its directory), so one site never shows another's."""
+    if args.reports:
+        return Path(args.reports)
+    return status_mod.REPO / "reports" / (cluster.settings.get("twinrail_site") or site_name(args.inventory))
+
+
 def cmd_status(args) -> int:
-    cluster = load(args.inventory)
+    cluster = load(args)
     probes = probe.collect(cluster, timeout=args.timeout)
-    reports = status_mod.reports_of(Path(args.reports))
+    reports = status_mod.reports_of(reports_dir(args, cluster))
     result = status_mod.judge(cluster, probes, reports)
     print(json.dumps(result, indent=2) if args.json else status_mod.render(result))
     return status_mod.CODES[result["health"]]
 
 
 def cmd_logs(args) -> int:
-    cluster = load(args.inventory)
+    cluster = load(args)
     node = args.node
     unit = args.unit
     # one argument that is a unit, not a node: every node's journal of that unit
@@ -88,7 +106,7 @@ def cmd_bench(args) -> int:
     if args.streams < 1 or args.duration <= 0 or args.tokens < 1:
         raise InventoryError(f"bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got "
                              f"{args.streams}, {args.duration:g} and {args.tokens}")
-    cluster = load(args.inventory)
+    cluster = load(args)
     url = args.url or f"https://{cluster.master.host}:{cluster.settings['inference_service_proxy_port']}"
     result = bench_mod.run(url, api_key(args), args.model, args.streams, args.duration, args.tokens, verify=not args.insecure)
     print(json.dumps(result, indent=2) if args.json else bench_mod.render(result))
@@ -109,9 +127,9 @@ def cmd_drill(args) -> int:
     if not args.yes:
         raise InventoryError(f"drill {args.kind}: it interrupts the service for every client; run it in a "
                              "maintenance window with --yes")
-    cluster = load(args.inventory)
+    cluster = load(args)
     before = status_mod.judge(cluster, probe.collect(cluster, timeout=args.timeout),
-                              status_mod.reports_of(Path(args.reports)))
+                              status_mod.reports_of(reports_dir(args, cluster)))
     errors = [c["message"] for c in before["checks"] if c["severity"] == "ERR"]
     if errors:
         raise InventoryError(f"drill {args.kind}: the cluster is not healthy to begin with ({before['health']}: "
@@ -124,30 +142,50 @@ def cmd_drill(args) -> int:
     client = drill_mod.Client(url, api_key(args), verify=not args.insecure)
     conn = probe.connections(cluster, [plan["node"]], args.timeout)[0]
     result = drill_mod.run(cluster, conn, client, plan, sla=args.sla)
-    result["saved"] = str(drill_mod.save(result, Path(args.reports)))
+    result["saved"] = str(drill_mod.save(result, reports_dir(args, cluster)))
     print(json.dumps(result, indent=2) if args.json else drill_mod.render(result) + f"\n  saved in {result['saved']}")
     return 1 if result["failures"] else 0
 
 
+def global_options(parser, suppress: bool) -> None:
+    """The options every subcommand shares. Given to the main parser with
+    their defaults and to each subcommand with none (argparse.SUPPRESS),
+    so `twinrail status -i SITE` and `twinrail -i SITE status` are one."""
+    def default(value):
+        return argparse.SUPPRESS if suppress else value
+    parser.add_argument("-i", "--inventory", default=default(DEFAULT_INVENTORY),
+                        help=f"the Ansible inventory (default {DEFAULT_INVENTORY}, or $TWINRAIL_INVENTORY)")
+    parser.add_argument("--timeout", type=float, default=default(10), help="seconds to connect to a node")
+    parser.add_argument("--vault-password-file", default=default(None), metavar="FILE",
+                        help="the vault's password file, as ansible-playbook takes it "
+                             "(or $ANSIBLE_VAULT_PASSWORD_FILE)")
+    parser.add_argument("--ask-vault-pass", action="store_true", default=default(False),
+                        help="ask for the vault's password")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="twinrail", description="The operator's command line of a twinrail cluster.")
-    parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY,
-                        help=f"the Ansible inventory (default {DEFAULT_INVENTORY}, or $TWINRAIL_INVENTORY)")
-    parser.add_argument("--timeout", type=float, default=10, help="seconds to connect to a node")
+    global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", help="the cluster in one screen: HEALTH_OK, HEALTH_WARN or HEALTH_ERR")
+
+    def command(name, **kwargs):
+        found = sub.add_parser(name, **kwargs)
+        global_options(found, suppress=True)
+        return found
+
+    status = command("status", help="the cluster in one screen: HEALTH_OK, HEALTH_WARN or HEALTH_ERR")
     status.add_argument("--json", action="store_true", help="the status as JSON (schema: docs/cli.md)")
-    status.add_argument("--reports", default=str(status_mod.REPO / "reports"),
-                        help="the controller's reports (bandwidth baseline, acceptance verdicts)")
+    status.add_argument("--reports", help="the site's reports on the controller (default reports/<site>/, "
+                                          "<site> the inventory's directory)")
     status.set_defaults(func=cmd_status)
-    logs = sub.add_parser("logs", help="the service's journals across nodes, by time")
+    logs = command("logs", help="the service's journals across nodes, by time")
     logs.add_argument("node", nargs="?", help="a node of the inventory (default every node)")
     logs.add_argument("unit", nargs="?", help=f"one of {', '.join(sorted(logs_mod.ALIASES))} or a unit name")
     logs.add_argument("-f", "--follow", action="store_true", help="follow the journals as they grow")
     logs.add_argument("--since", help="journalctl --since (e.g. '-10min', '2026-12-01 10:00')")
     logs.add_argument("-n", "--lines", type=int, default=50, help="lines per node without --since (default 50)")
     logs.set_defaults(func=cmd_logs)
-    bench = sub.add_parser("bench", help="a short load through the proxy: latency and tokens/s, 1 then N streams")
+    bench = command("bench", help="a short load through the proxy: latency and tokens/s, 1 then N streams")
     bench.add_argument("--url", help="the proxy (default https://<the master's address>:<its proxy port>)")
     bench.add_argument("--key-file", help="a file holding an API key (or $TWINRAIL_API_KEY)")
     bench.add_argument("--model", help="the model name (default the first /v1/models lists)")
@@ -157,7 +195,7 @@ def main(argv=None) -> int:
     bench.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
     bench.add_argument("--json", action="store_true", help="the figures as JSON, every request included")
     bench.set_defaults(func=cmd_bench)
-    drill = sub.add_parser("drill", help="a fault drill of the acceptance table on the cluster, measured (--yes)")
+    drill = command("drill", help="a fault drill of the acceptance table on the cluster, measured (--yes)")
     drill.add_argument("kind", choices=drill_mod.KINDS)
     drill.add_argument("rail", nargs="?", help="cut-rail: the master's rail to set down (rail0, rail1, ...)")
     drill.add_argument("--worker", help="kill-worker, stop-worker: the worker (default the first)")
@@ -166,8 +204,8 @@ def main(argv=None) -> int:
     drill.add_argument("--url", help="the proxy (default https://<the master's address>:<its proxy port>)")
     drill.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
     drill.add_argument("--sla", type=float, default=10.0, help="seconds within which clients must get their 503 (10)")
-    drill.add_argument("--reports", default=str(status_mod.REPO / "reports"),
-                       help="where the result is saved (beside the acceptance reports)")
+    drill.add_argument("--reports", help="where the result is saved (default the site's reports/<site>/, beside "
+                                         "its acceptance reports)")
     drill.add_argument("--json", action="store_true", help="the result as JSON")
     drill.set_defaults(func=cmd_drill)
     args = parser.parse_args(argv)

@@ -106,7 +106,8 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             guard = {}
     nodes = []
     for node in cluster.nodes:
-        probe = probes.get(node.name, {})
+        # a node without a probe was not read: unreachable, never a healthy default
+        probe = probes.get(node.name) or {"unreachable": "not probed"}
         entry = {"name": node.name, "role": node.role, "host": node.host, "reachable": "unreachable" not in probe,
                  "units": [], "rails": [], "memory": None}
         nodes.append(entry)
@@ -192,10 +193,12 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
                                 "weights": {m: (w or {}).get("revision") for m, w in sorted((r.get("models") or {}).items())},
                                 "recorded": r.get("recorded")}
                             for n, r in sorted(records.items())}}
+    # a node not read agrees with nobody: with one, agreement is unknown (None)
+    deployment["unread"] = [n.name for n in cluster.nodes if n.name not in records]
     for key in ("config_version", "runtime", "guard", "weights"):
         values = {n: json.dumps(d[key], sort_keys=True) if key == "weights" else d[key]
                   for n, d in deployment["nodes"].items()}
-        deployment[f"{key}_agree"] = len(set(values.values())) <= 1
+        deployment[f"{key}_agree"] = None if deployment["unread"] else len(set(values.values())) <= 1
         if len(set(values.values())) > 1:
             check("WARN", None, "deployment", f"the nodes disagree on the {key.replace('_', ' ')}: "
                                               + ", ".join(f"{n} {v}" for n, v in values.items()))
@@ -216,6 +219,12 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
     return {"schema": SCHEMA, "health": f"HEALTH_{worst}", "checks": checks, "nodes": nodes, "service": service,
             "deployment": deployment, "reports": reports,
             "time": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
+
+
+def _shown(value, unknown: str = "unknown") -> str:
+    """A figure as the screen shows it: a value not read is unknown, never
+    Python's None."""
+    return unknown if value is None else str(value)
 
 
 def render(status: dict) -> str:
@@ -253,8 +262,9 @@ def render(status: dict) -> str:
     else:
         rate = ("decode " + ("n/a" if svc["decode_tps"] is None else str(round(svc["decode_tps"], 1)))
                 + " tokens/s (llama-server's average; no Prometheus answered)")
-    lines.append(f"  {state}; slots {svc['slots_busy']}/{svc['slots']} busy, {svc['queued']} queued "
-                 f"(cap {svc['queue_max']}); proxy HTTP {svc['proxy_http']}; {rate}")
+    lines.append(f"  {state}; slots {_shown(svc['slots_busy'])}/{_shown(svc['slots'])} busy, "
+                 f"{_shown(svc['queued'])} queued (cap {_shown(svc['queue_max'])}); "
+                 f"proxy HTTP {_shown(svc['proxy_http'], 'unknown (not read)')}; {rate}")
     if svc.get("alerts") is not None:
         lines.append("  alerts firing: " + ("none" if not svc["alerts"] else
                                            "; ".join(f"{a['name']} ({a['severity']}): {a['summary']}"
@@ -263,11 +273,20 @@ def render(status: dict) -> str:
     lines.append("deployment")
     for name, node in dep["nodes"].items():
         weights = ", ".join(f"{m} {r}" for m, r in (node["weights"] or {}).items())
-        lines.append(f"  {name:<14} record {node['digest']} ({node['recorded']}), configuration {node['config_version']}, "
-                     f"runtime {node['runtime']}, guard {node['guard']}, weights {weights or 'none'}")
+        if not node["digest"]:
+            lines.append(f"  {name:<14} no deployment record")
+            continue
+        lines.append(f"  {name:<14} record {node['digest']} ({_shown(node['recorded'])}), configuration "
+                     f"{_shown(node['config_version'])}, runtime {_shown(node['runtime'])}, guard "
+                     f"{_shown(node['guard'])}, weights {weights or 'none'}")
+    for name in dep["unread"]:
+        lines.append(f"  {name:<14} unknown: not read")
     agree = [k for k in ("config_version", "runtime", "guard", "weights") if dep.get(f"{k}_agree")]
-    lines.append(f"  {'every node agrees' if len(agree) == 4 else 'the nodes DISAGREE'} on the deployed "
-                 f"configuration, runtime, guard and weights")
+    if dep["unread"]:
+        lines.append(f"  agreement unknown: {', '.join(dep['unread'])} not read")
+    else:
+        lines.append(f"  {'every node agrees' if len(agree) == 4 else 'the nodes DISAGREE'} on the deployed "
+                     f"configuration, runtime, guard and weights")
     lines.append("reports")
     for name in ("bandwidth", "acceptance"):
         found = status["reports"].get(name)

@@ -71,7 +71,7 @@ def test_a_changed_gate_setting_measures_again_and_says_why(tmp_path, check_mode
     check_mode_run.result()
     # the converge's baseline copied aside: this run's report goes there and
     # the one the other verifiers read stays the converge's
-    kept = json.loads((PROJECT / "reports" / "latest" / "bandwidth.json").read_text())
+    kept = json.loads((PROJECT / "reports" / "lab" / "latest" / "bandwidth.json").read_text())
     (tmp_path / kept["run"]).mkdir()
     (tmp_path / kept["run"] / "bandwidth.json").write_text(json.dumps(kept))
     (tmp_path / "latest").symlink_to(kept["run"])

@@ -58,7 +58,7 @@ def test_the_deployment_record_is_on_the_node_and_the_controller(host, name):
     assert record["host"] == name and record["kernel"] == os.uname().release
     assert record["distribution"]["id"] == "debian" and record["twinrail_commit"]
     assert set(record["nic_firmware"]) == {"ens1f0np0", "ens1f1np1"}
-    copy = PROJECT / "reports" / "deployments" / name / f"{record['digest']}.json"
+    copy = PROJECT / "reports" / "lab" / "deployments" / name / f"{record['digest']}.json"
     assert json.loads(copy.read_text()) == record
 
 

@@ -17,7 +17,7 @@ testinfra_hosts = ["ansible://master"]
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 LAB = [sys.executable, str(PROJECT / "tools" / "lab.py")]
-LATEST = PROJECT / "reports" / "latest"
+LATEST = PROJECT / "reports" / "lab" / "latest"
 
 
 def run_stage(host, *extra: str) -> subprocess.CompletedProcess:

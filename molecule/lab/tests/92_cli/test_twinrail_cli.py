@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,11 +23,18 @@ SCHEMA = json.loads((PROJECT / "src" / "twinrail" / "ctl" / "status.schema.json"
 KEY = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
 
 
-def twinrail(*argv: str) -> subprocess.CompletedProcess:
-    binary = shutil.which("twinrail") or str(Path(sys.executable).parent / "twinrail")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
-    return subprocess.run([binary, "-i", str(PROJECT / "inventory" / "lab"), *argv], cwd=PROJECT, env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+def twinrail(*argv: str, inventory_last: bool = False) -> subprocess.CompletedProcess:
+    """The console script as installed (the virtualenv's bin/twinrail),
+    run with the virtualenv off PATH, as an operator who never activated it
+    would; the inventory before the subcommand, or after it."""
+    binary = str(Path(sys.executable).parent / "twinrail")
+    venv_bin = os.path.dirname(binary)
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                           if os.path.realpath(d) != os.path.realpath(venv_bin))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), PATH=path)
+    inventory = ["-i", str(PROJECT / "inventory" / "lab")]
+    argv = [binary, *argv, *inventory] if inventory_last else [binary, *inventory, *argv]
+    return subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def test_status_is_health_ok_on_the_converged_lab(host):
@@ -42,7 +48,7 @@ def test_status_is_health_ok_on_the_converged_lab(host):
     assert proc.stdout.splitlines()[0] == "HEALTH_OK", proc.stdout
     assert "tokens/s over the last minute (Prometheus)" in proc.stdout and "alerts firing: none" in proc.stdout
     assert "every node agrees on the deployed configuration, runtime, guard and weights" in proc.stdout
-    proc = twinrail("status", "--json")
+    proc = twinrail("status", "--json", inventory_last=True)
     data = json.loads(proc.stdout)
     jsonschema.validate(data, SCHEMA)
     assert data["health"] == "HEALTH_OK" and [n["name"] for n in data["nodes"]] == ["lab-master", "lab-worker1"]

@@ -15,7 +15,7 @@ import pytest
 testinfra_hosts = ["ansible://master"]
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
-REPORTS = PROJECT / "reports"
+REPORTS = PROJECT / "reports" / "lab"
 
 
 def reports() -> list[Path]:

@@ -265,7 +265,7 @@ def test_rollback_after_a_second_runtime_build(host):
     assert {c: release(c) for c in first} == {c: second_build for c in first}
     assert {running_release(c, u) for c, u in UNITS} == {second_build}
 
-    kept = {c: PROJECT / "reports" / "deployments" / n / f"{first[c][1]}.json"
+    kept = {c: PROJECT / "reports" / "lab" / "deployments" / n / f"{first[c][1]}.json"
             for c, n in ((MASTER, "lab-master"), (WORKER, "lab-worker1"))}
     for path in kept.values():
         path.unlink(missing_ok=True)

@@ -62,7 +62,7 @@ def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
     assert "TASK [inference_service : Gate the split of the layers" in proc.stdout
     # the gates across all nodes: every worker's every rail measured (once each here) and passed
     assert "bandwidth: measuring" in proc.stdout
-    report = json.loads((PROJECT / "reports" / "latest" / "bandwidth.json").read_text())
+    report = json.loads((PROJECT / "reports" / "lab" / "latest" / "bandwidth.json").read_text())
     assert sorted((r["server"], r["rail"], len(r["runs_gbps"])) for r in report["rails"]) == [
         ("lab-worker1", "rail0", 1), ("lab-worker1", "rail1", 1), ("lab-worker2", "rail0", 1),
         ("lab-worker2", "rail1", 1)], report["rails"]
