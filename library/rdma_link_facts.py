@@ -90,6 +90,25 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state
 
 
+def devinfo_problem(rc: int, out: str, err: str, state: dict) -> str | None:
+    """Fill the port's MTUs from `ibv_devinfo -v -d DEV`; the sentence
+    when the tool failed or did not list the port."""
+    device, number = state["rdma_device"], state["port"]["port"]
+    if rc != 0:
+        said = " / ".join(line.strip() for line in (err or out).splitlines() if line.strip())[-300:]
+        return f"ibv_devinfo -d {device} exited {rc}: {said or 'it printed nothing'}"
+    try:
+        info = parse_ibv_devinfo(out).get(device)
+    except ParseError as exc:
+        return str(exc)
+    port = (info or {}).get("ports", {}).get(number)
+    if port is None:
+        return f"ibv_devinfo does not list {device} port {number}"
+    state["port"]["active_mtu"] = port.get("active_mtu")
+    state["port"]["max_mtu"] = port.get("max_mtu")
+    return None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -112,16 +131,10 @@ def main() -> None:
     for rail in module.params["rails"]:
         state = rail_state(module.params["sysfs_root"], rail)
         if devinfo and state.get("port"):
-            rc, out, _err = module.run_command([devinfo, "-v", "-d", state["rdma_device"]],
-                                               environ_update={"LC_ALL": "C"})
-            if rc == 0:
-                try:
-                    info = parse_ibv_devinfo(out).get(state["rdma_device"], {})
-                    port = info.get("ports", {}).get(state["port"]["port"], {})
-                    state["port"]["active_mtu"] = port.get("active_mtu")
-                    state["port"]["max_mtu"] = port.get("max_mtu")
-                except ParseError:
-                    pass
+            rc, out, err = module.run_command([devinfo, "-v", "-d", state["rdma_device"]],
+                                              environ_update={"LC_ALL": "C"})
+            # a failed read is the rail's problem, quoting the tool, never an unknown MTU let pass
+            state["port"]["devinfo_problem"] = devinfo_problem(rc, out, err, state)
         states[rail["name"]] = state
     try:
         with open("/etc/machine-id", encoding="ascii") as handle:

@@ -10,7 +10,9 @@ import os
 import re
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
-IBDEV2NETDEV = re.compile(r"^(?P<device>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>\w+)\)\s*$")
+# "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a
+# reader's note may follow as a comment
+IBDEV2NETDEV = re.compile(r"^(?P<device>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>\w+)\)\s*(?:#.*)?$")
 
 
 def parse_uname_machine(text: str) -> str | None:
@@ -23,15 +25,25 @@ def parse_uname_machine(text: str) -> str | None:
     return None
 
 
+class ParseError(ValueError):
+    """The output is not the tool's, or shows it failing."""
+
+
 def parse_ibdev2netdev(text: str) -> list[dict]:
     """`ibdev2netdev` rows: RDMA device, port, netdev, state; prompts and
-    other lines skipped, sorted by device (the tool's row order varies)."""
+    other lines skipped, sorted by device (the tool's row order varies).
+    An output with no row (no RDMA device, the driver not loaded, the tool
+    failing) is an error quoting what it printed, never an empty list."""
     rows = []
     for line in text.splitlines():
         m = IBDEV2NETDEV.match(line.strip())
         if m:
             rows.append({"device": m["device"], "port": int(m["port"]), "netdev": m["netdev"],
                          "state": m["state"]})
+    if not rows:
+        said = " / ".join(line.strip() for line in text.splitlines() if line.strip())[-300:]
+        raise ParseError(f"ibdev2netdev lists no 'DEVICE port N ==> NETDEV (State)' row: "
+                         f"{said or 'it printed nothing (no RDMA device, or its driver is not loaded)'}")
     return sorted(rows, key=lambda r: (r["device"], r["port"]))
 
 

@@ -48,6 +48,9 @@ _KV = re.compile(r"([A-Za-z][A-Za-z0-9_ .*/()-]*?)\s*:\s*([^\s:]+)")
 _ROW = re.compile(r"^\s*\d+\s+\d+(\s+-?[\d.]+)+\s*$")
 
 
+_IPERF3_ERROR = re.compile(r"^iperf3: error - .*$", re.M)
+
+
 class PerftestError(Exception):
     """perftest failed or printed nothing that can be gated."""
 
@@ -59,9 +62,11 @@ def _header_key(key: str) -> str:
 def parse_perftest(text: str, test: str | None = None) -> dict:
     """Parse one perftest run (client or server side) into a dict."""
     lines = text.splitlines()
-    for line in lines:
+    for number, line in enumerate(lines):
         if any(reason.search(line) for reason in FAILURES):
-            raise PerftestError(line.strip())
+            # its reason and what it said after it (perftest explains in several lines)
+            said = [rest.strip() for rest in lines[number:] if rest.strip() and not _RULE.match(rest.strip())]
+            raise PerftestError(" / ".join(said)[:400])
     title = None
     header: dict = {}
     columns: list[str] | None = None
@@ -177,12 +182,29 @@ def _shape(title, header: dict, columns: list[str], rows_raw: list[list[str]],
 
 def parse_iperf3(text: str) -> dict:
     """iperf3 --json (client side) -> the same shape as a perftest result."""
+    # the tool's own failure first: "iperf3: error - ..." in plain text (it
+    # failed before -J took effect), an {"event": "error"} line of
+    # --json-stream, or the "error" key of -J's object
+    said = _IPERF3_ERROR.search(text)
+    if said:
+        raise PerftestError(f"iperf3 failed: {said.group(0).strip()}")
+    for line in text.splitlines():
+        if line.startswith('{"event":'):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "error":
+                raise PerftestError(f"iperf3 failed: {event.get('data')}")
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise PerftestError(f"iperf3 output is not JSON: {exc}") from exc
+        shown = " / ".join(line.strip() for line in text.splitlines() if line.strip())[-200:] or "(nothing)"
+        raise PerftestError(f"iperf3 output is not JSON ({exc}): {shown}") from exc
+    if not isinstance(data, dict):
+        raise PerftestError(f"iperf3 output is not its -J object: {text.strip()[:200]}")
     if data.get("error"):
-        raise PerftestError(f"iperf3: {data['error']}")
+        raise PerftestError(f"iperf3 failed: {data['error']}")
     end = data.get("end") or {}
     if "sum_received" not in end or "sum_sent" not in end:
         raise PerftestError("iperf3 output has no end.sum_sent / end.sum_received")

@@ -80,8 +80,14 @@ def parse_ibv_devinfo(text: str) -> dict:
         elif value:
             target[key] = value
     if not devices:
-        raise ParseError("no 'hca_id:' line: not ibv_devinfo output")
+        raise ParseError(f"no 'hca_id:' line: ibv_devinfo listed no device: {_said(text)}")
     return devices
+
+
+def _said(text: str, limit: int = 300) -> str:
+    """What a tool printed, on one line, for a message that quotes it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " / ".join(lines)[-limit:] or "it printed nothing"
 
 
 # --------------------------------------------------------------------------
@@ -114,7 +120,7 @@ def parse_ibstat(text: str) -> dict:
         else:
             target[key] = value
     if not cas:
-        raise ParseError("no \"CA '...'\" line: not ibstat output")
+        raise ParseError(f"no \"CA '...'\" line: ibstat listed no device: {_said(text)}")
     return cas
 
 
@@ -364,6 +370,8 @@ def rail_gate(links: dict, expected_rate_gbps: float, allow_single_rail: bool,
                     f"{expected_rate_gbps:g}: check cable and port")
             elif st.get("rate_gbps") is None:
                 rails[name].append(f"{host} {st['interface']} reports no link rate")
+            if st is not None and (st.get("port") or {}).get("devinfo_problem"):
+                rails[name].append(f"{host} {st['rdma_device']}: {st['port']['devinfo_problem']}")
             if st is not None and st.get("pcie_problem"):
                 rails[name].append(f"{host} {st['interface']}: {st['pcie_problem']}")
         for host, by_rail in (pings or {}).items():

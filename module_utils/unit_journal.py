@@ -5,6 +5,19 @@ server's connections) and tensor_split_gate (llama-server's loader)."""
 
 from __future__ import annotations
 
+import re
+
+# systemd's words for a unit's process that ended badly (its journal, or
+# `journalctl -u`), old and new spellings: "main process exited, code=dumped,
+# status=11/SEGV", "Main process exited, code=exited, status=1/FAILURE",
+# "Failed with result 'core-dump'.", "Unit x.service entered failed state."
+_UNIT_FAILED = re.compile(r"(?:[Mm]ain process exited, code=(?:dumped|killed|exited), status=(?!0/)\S+"
+                          r"|Failed with result '[^']+'|entered failed state)")
+# journalctl's own words for a journal it could not show (on its standard
+# output, and anything it says on its standard error)
+_UNREADABLE = ("-- No entries --", "You are currently not seeing messages from other users",
+               "No journal files were found")
+
 
 def since_start(module, unit: str, fallback_lines: int | None = None) -> tuple[str, int, str, str]:
     """(invocation id, rc, journal text, stderr) of ``unit`` since its last
@@ -21,3 +34,19 @@ def since_start(module, unit: str, fallback_lines: int | None = None) -> tuple[s
         return "", rc, "", err
     rc, text, err = module.run_command([journalctl, "--no-pager", "-o", "cat", *match])
     return invocation, rc, text, err
+
+
+def unit_failures(text: str) -> list[str]:
+    """systemd's lines saying the unit's process crashed or failed, as
+    written (the newest last)."""
+    return [line.strip() for line in text.splitlines() if _UNIT_FAILED.search(line)]
+
+
+def journal_problem(text: str, err: str = "") -> str | None:
+    """journalctl's sentence when it showed nothing of the unit (no
+    entries, a journal this user may not read), quoted; None otherwise."""
+    for line in text.splitlines():
+        if any(words in line for words in _UNREADABLE):
+            return f"journalctl: {line.strip()}"
+    said = " / ".join(line.strip() for line in err.splitlines() if line.strip())
+    return f"journalctl: {said[-300:]}" if said else None
