@@ -17,7 +17,11 @@ description:
     C(TCP (RDMA auto-negotiate enabled)) and falls back to TCP per
     connection without a word); a rail with an RDMA device gets a verdict
     only from the newest connection's C(RDMA activated) line on that device.
-    A rail without one is expected on TCP. Reads only.
+    A rail without one is expected on TCP.
+  - Whatever the transport, a server whose log shows it failing since its
+    newest start (it cannot listen or allocate, it asserted or crashed,
+    systemd saw its process fail) or that never printed its start banner
+    is that rail's problem, quoting its own words. Reads only.
 version_added: "0.1.0"
 author: twinrail developers
 options:
@@ -41,15 +45,16 @@ EXAMPLES = r"""
 RETURN = r"""
 rails:
   description: >-
-    Per rail, in the order given, its name, address, unit, expected (rdma or tcp), banner, connections, rdma_connections
-    and problem (none when the transport is the expected one; otherwise why not, in words).
+    Per rail, in the order given, its name, address, unit, expected (rdma or tcp), banner, connections, rdma_connections,
+    failures (the server's lines since its newest start that show it failing, as printed) and problem (none when the
+    server runs and its transport is the expected one; otherwise why not, in words, quoting the server).
   returned: always
   type: list
   elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rpc_transport import parse_log, transport_verdict
+from ansible.module_utils.rpc_transport import parse_log, server_problem, transport_verdict
 from ansible.module_utils.unit_journal import since_start
 
 
@@ -65,11 +70,14 @@ def main() -> None:
             module.fail_json(msg=f"service: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
         log = parse_log(text)
         device = rail.get("rdma_device") or ""
-        problem = transport_verdict(log, device) if device else None
+        # a server that failed (cannot listen, allocate, crashed) fails its rail
+        # whatever the transport; an RDMA rail must also prove RDMA on its device
+        problem = transport_verdict(log, device) if device else server_problem(log)
         out.append({"name": rail.get("name"), "address": address, "unit": unit,
                     "expected": "rdma" if device else "tcp", "banner": log["banner"],
                     "connections": len(log["connections"]),
                     "rdma_connections": sum(1 for c in log["connections"] if c["rdma"]),
+                    "failures": log["failures"],
                     "problem": problem})
     module.exit_json(changed=False, rails=out)
 

@@ -155,7 +155,10 @@ def test_the_rdma_journal_of_a_gb10_rpc_server():
     assert log["endpoint"] == "192.168.100.11:50052"
     assert log["banner"] == "TCP (RDMA auto-negotiate enabled)"
     assert [c["rdma"] for c in log["connections"]] == [False, True, True, True, True]
-    assert log["connections"][-1] == {"rdma": True, "device": "rocep1s0f0", "gid": 5, "mtu": 1024, "closed": True}
+    assert log["connections"][-1] == {"rdma": True, "device": "rocep1s0f0", "gid": 5, "mtu": 1024, "closed": True,
+                                      "probed": "RDMA probed: dev=rocep1s0f0 gid=5 RoCEv2 qpn=306 inline=316",
+                                      "fallback": None}
+    assert (log["version"], log["started"], log["failures"]) == ("6.0.0", True, [])
     assert transport_verdict(log, "rocep1s0f0") is None
     assert transport_verdict(log, "rocep1s0f1") == \
         "RDMA activated on rocep1s0f0, not on the rail's device rocep1s0f1"

@@ -48,7 +48,7 @@ def test_the_newest_connection_over_rdma_on_the_rails_device_passes(capsys, monk
     assert result["rails"] == [{"name": "rail0", "address": "192.168.100.11",
                                 "unit": "twinrail-rpc@192.168.100.11.service", "expected": "rdma",
                                 "banner": "TCP (RDMA auto-negotiate enabled)", "connections": 5,
-                                "rdma_connections": 4, "problem": None}]
+                                "rdma_connections": 4, "failures": [], "problem": None}]
     # only what this start of the unit logged
     assert calls[1][-1] == "_SYSTEMD_INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service"
 

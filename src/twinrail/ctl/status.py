@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from twinrail.guard.transport import parse_log
+from twinrail.guard.transport import parse_log, server_problem
 
 from .inventory import Cluster
 
@@ -27,8 +27,12 @@ def _parse_rpc_log(text: str) -> dict:
 
 def transport(journal: str, rdma_device: str) -> str:
     """tcp or rdma, from the RPC server's journal since it started: rdma
-    only when the newest client connection activated RDMA."""
-    connections = _parse_rpc_log(journal or "")["connections"]
+    only when the newest client connection activated RDMA; failed when the
+    log shows the server failing."""
+    log = _parse_rpc_log(journal or "")
+    if log["failures"]:
+        return "failed: " + server_problem(log).split(": ", 1)[1]
+    connections = log["connections"]
     if not connections:
         return "no connection yet"
     return "rdma" if connections[-1]["rdma"] else "tcp"
@@ -146,6 +150,8 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             if row["mtu"] and int(row["mtu"]) != int(s["twinrail_rail_mtu"]):
                 check("WARN", node.name, rail.name, f"{node.name}: {rail.name} MTU {row['mtu']}, the inventory says "
                                                     f"{s['twinrail_rail_mtu']}")
+            if (row["transport"] or "").startswith("failed"):
+                check("ERR", node.name, rail.name, f"{node.name}: {rail.name}'s RPC server {row['transport']}")
             if rail.rdma_device and row["transport"] == "tcp":
                 check("WARN", node.name, rail.name, f"{node.name}: {rail.name}'s RPC server serves over TCP although "
                                                     f"the rail has RDMA device {rail.rdma_device}")

@@ -15,9 +15,10 @@ import subprocess
 import time
 
 from twinrail.guard.metrics import Exposition
-from twinrail.guard.transport import parse_log
+from twinrail.guard.transport import parse_log, server_problem
 
-TRANSPORTS = ("rdma", "tcp", "none")
+# failed: the server's log shows it failing since its newest start (it is not serving on any transport)
+TRANSPORTS = ("rdma", "tcp", "none", "failed")
 
 
 def journal_of(unit: str) -> str:
@@ -31,7 +32,10 @@ def journal_of(unit: str) -> str:
 
 
 def newest_transport(log: dict) -> str:
-    """rdma or tcp for the newest client connection, none before the first."""
+    """rdma or tcp for the newest client connection, none before the first,
+    failed when the server's log shows it failing (never its last transport)."""
+    if log["failures"]:
+        return "failed"
     if not log["connections"]:
         return "none"
     return "rdma" if log["connections"][-1]["rdma"] else "tcp"
@@ -43,7 +47,7 @@ def render(journals: dict[str, str], now: float) -> str:
     out = Exposition()
     out.family("twinrail_rpc_transport", "gauge",
                "1 for the transport of the RPC server's newest client connection (rdma, tcp; none: no "
-               "connection since it started)",
+               "connection since it started; failed: its log shows it failing)",
                [({"address": a, "transport": t}, newest_transport(log) == t)
                 for a, log in logs.items() for t in TRANSPORTS])
     out.family("twinrail_rpc_connections", "gauge", "client connections the RPC server accepted since it started",

@@ -16,44 +16,124 @@ from __future__ import annotations
 
 import re
 
-_PROBED = re.compile(r"RDMA probed: dev=(?P<dev>\S+) gid=(?P<gid>\d+) (?P<kind>\S+) qpn=(?P<qpn>\d+)")
-_ACTIVATED = re.compile(r"RDMA activated: qpn=(?P<local>\d+)->(?P<remote>\d+) mtu=(?P<mtu>\d+)")
+# Every RDMA line llama.cpp has printed per connection, read as key=value
+# pairs whatever their order and company:
+#   "RDMA probed: dev=rocep1s0f0 gid=5 RoCEv2 qpn=303 inline=316"  (released)
+#   "RDMA probed: dev=rocep101s0 gid=5 qpn=322 inline=316"         (before the GID type)
+#   "RDMA(Apple/UC) probed: dev=... port=... gid=..."              (Apple's transport)
+#   "RDMA activated: qpn=303->303 mtu=1024 rx_depth=24" (the early branch wrote "->" as an arrow)
+#   "RDMA activate failed, staying on TCP"                         (the connection stays on TCP)
+_PROBED = re.compile(r"RDMA(?:\([^)]*\))? probed:(?P<rest>.*)$")
+_ACTIVATED = re.compile(r"RDMA(?:\([^)]*\))? activated:(?P<rest>.*)$")
+_ACTIVATE_FAILED = re.compile(r"RDMA(?:\([^)]*\))? activate failed")
+_PAIR = re.compile(r"\b(?P<key>[a-z_]+)=(?P<value>\S+)")
 _BANNER = re.compile(r"^\s*transport\s*:\s*(?P<transport>.+?)\s*$")
 _ENDPOINT = re.compile(r"^\s*endpoint\s*:\s*(?P<endpoint>\S+)")
+# every start banner llama.cpp has printed: "Starting RPC server on H:P"
+# (the first), "..., backend memory: N MB", "Starting RPC server" alone,
+# then "Starting RPC server vX.Y.Z"; the last two followed by an
+# "endpoint :" line
+_START = re.compile(r"Starting RPC server(?: v(?P<version>\d+\.\d+\.\d+)| on (?P<endpoint>[^\s,]+)(?:,.*)?)?\s*$")
+# what a server prints when it fails: it cannot listen, cannot allocate,
+# asserts, crashes, its RDMA completions fail; and systemd's words for its
+# process ending badly
+FAILURES = tuple(re.compile(pattern) for pattern in (
+    r"Failed to create server socket",
+    r"Failed to initialize RPC transport",
+    r"Failed to set SO_REUSEADDR",
+    r"Failed to accept client connection",
+    r"Invalid host address",
+    r"Cannot resolve host",
+    r"Failed to allocate input buffer",
+    r"\[\w+\] size: \d+ -> failed",
+    r"cudaMalloc failed",
+    r"failed to allocate .*buffer",
+    r"out of memory",
+    r"CUDA error",
+    r"GGML_ASSERT",
+    r"Segmentation fault",
+    r"terminate called after throwing",
+    r"\bAborted\b",
+    r"Failed to create backend",
+    r"No devices found",
+    r"error: unknown device",
+    r"RDMA CQ poll timeout",
+    r"RDMA(?:\([^)]*\))?.* wc error",
+    r"RDMA\([^)]*\) (?:RTR|RTS|poll_cq|post_recv).* failed",
+    r"[Mm]ain process exited, code=(?:dumped|killed|exited), status=(?!0/)\S+",
+    r"Failed with result '[^']+'",
+))
 
 
 def parse_log(text: str) -> dict:
     """The server's start banner and, per client connection, whether RDMA
-    was probed and activated (device, GID index, MTU)."""
-    out = {"endpoint": None, "banner": None, "connections": []}
+    was probed and activated (device, GID index, MTU); ``failures``: the
+    lines since its newest start that show it failing, as printed, and
+    ``started``: whether a start banner is in the log."""
+    out = {"endpoint": None, "banner": None, "version": None, "started": False, "connections": [],
+           "failures": []}
     current = None
     for line in text.splitlines():
-        if out["banner"] is None and (match := _BANNER.match(line)):
+        if match := _START.search(line):
+            # a new start: what failed before it is history (a restart that works)
+            out.update(started=True, failures=[], version=match.group("version") or out["version"])
+            out["endpoint"] = match.group("endpoint") or out["endpoint"]
+            current = None
+        elif any(pattern.search(line) for pattern in FAILURES):
+            out["failures"].append(line.strip())
+        elif out["banner"] is None and (match := _BANNER.match(line)):
             out["banner"] = match.group("transport")
-        elif out["endpoint"] is None and (match := _ENDPOINT.match(line)):
+        elif match := _ENDPOINT.match(line):
             out["endpoint"] = match.group("endpoint")
         elif "Accepted client connection" in line:
-            current = {"rdma": False, "device": None, "gid": None, "mtu": None, "closed": False}
+            current = {"rdma": False, "device": None, "gid": None, "mtu": None, "closed": False, "probed": None,
+                       "fallback": None}
             out["connections"].append(current)
         elif current is not None and (match := _PROBED.search(line)):
-            current.update(device=match.group("dev"), gid=int(match.group("gid")))
+            pairs = dict(_PAIR.findall(match.group("rest")))
+            gid = pairs.get("gid")
+            current.update(device=pairs.get("dev"), gid=int(gid) if gid and gid.isdigit() else None,
+                           probed=line.strip())
         elif current is not None and (match := _ACTIVATED.search(line)):
-            current.update(rdma=True, mtu=int(match.group("mtu")))
+            mtu = dict(_PAIR.findall(match.group("rest"))).get("mtu", "")
+            current.update(rdma=True, mtu=int(mtu) if mtu.isdigit() else None)
+        elif current is not None and _ACTIVATE_FAILED.search(line):
+            current.update(rdma=False, fallback=line.strip())
         elif current is not None and "Client connection closed" in line:
             current["closed"] = True
     return out
 
 
+def server_problem(log: dict) -> str | None:
+    """Why the RPC server is not serving, from its own log (its words
+    quoted); None when the log shows no failure."""
+    if log["failures"]:
+        shown = "; ".join(log["failures"][-3:])
+        return f"the RPC server failed: {shown[-400:]}"
+    if not log["started"] and not log["connections"]:
+        return "its log has no start banner ('Starting RPC server ...'): it never started listening"
+    return None
+
+
 def transport_verdict(log: dict, rdma_device: str) -> str | None:
     """None when the newest connection runs over RDMA on the rail's device;
-    otherwise why not, in words."""
+    otherwise why not, in words. A failed server fails first; a device the
+    log does not name never passes on an assumption."""
+    failed = server_problem(log)
+    if failed:
+        return failed
     if not log["connections"]:
         return "no client connection in its log yet (the master has not connected)"
     last = log["connections"][-1]
+    if not last["rdma"] and last["fallback"]:
+        return f"the newest connection runs over TCP: the server said '{last['fallback']}'"
     if not last["rdma"]:
         probed = f"probed {last['device']} but never activated" if last["device"] else "never probed"
         return (f"the newest connection runs over TCP: RDMA {probed} (banner: {log['banner'] or 'none'}; "
                 f"the fallback is silent)")
-    if rdma_device and last["device"] and last["device"] != rdma_device:
+    if not last["device"]:
+        return (f"RDMA activated, but its log does not say on which device "
+                f"({last['probed'] or 'no RDMA probed line'}): the rail's device {rdma_device} is not proven")
+    if rdma_device and last["device"] != rdma_device:
         return f"RDMA activated on {last['device']}, not on the rail's device {rdma_device}"
     return None
