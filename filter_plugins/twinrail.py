@@ -20,7 +20,8 @@ description:
     twinrail_weights_needed, twinrail_rail_problems, twinrail_checksum_mismatches, twinrail_idle_workers,
     twinrail_rails_not_answering, twinrail_api_key_problems, twinrail_api_key_digests,
     twinrail_transport_problems, twinrail_tensor_split, twinrail_service_restarts,
-    twinrail_scale_change, twinrail_unit_pids, twinrail_units_restarted.
+    twinrail_scale_change, twinrail_unit_pids, twinrail_units_restarted, twinrail_setting_names,
+    twinrail_setting_problems.
 """
 
 
@@ -423,6 +424,17 @@ def weights_controller_bytes(sets: list[dict]) -> int:
                if entry[1] is not None)
 
 
+def setting_names(stage: str) -> list[str]:
+    """The settings a stage's rules read (module_utils/stage_settings.py)."""
+    return _module_utils("stage_settings").names(stage)
+
+
+def setting_problems(stage: str, values: dict) -> list[str]:
+    """Only the stage's settings that break their rule, each with its value
+    and the form expected (module_utils/stage_settings.py)."""
+    return _module_utils("stage_settings").problems(stage, values)
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters."""
 
@@ -450,4 +462,6 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_units_restarted": units_restarted,
             "twinrail_weights_controller_sources": weights_controller_sources,
             "twinrail_weights_controller_bytes": weights_controller_bytes,
+            "twinrail_setting_names": setting_names,
+            "twinrail_setting_problems": setting_problems,
         }

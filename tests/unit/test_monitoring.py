@@ -390,5 +390,5 @@ def test_mail_receivers_render_valid_and_rdma_rails_turn_the_infiniband_collecto
 
 def test_a_retention_in_words_is_refused_naming_the_variable_and_the_host(tmp_path):
     proc = render_configs(tmp_path, expect_failure=True, monitoring_retention_time="30 days")
-    assert "monitoring: lab-master: expected monitoring_retention_time as a Prometheus duration (30d), got " \
-           '"30 days"' in proc.stdout, proc.stdout[-2000:]
+    assert "monitoring: lab-master: monitoring_retention_time: expected a Prometheus duration (30d), got " \
+           "'30 days'; nothing was changed" in proc.stdout, proc.stdout[-2000:]

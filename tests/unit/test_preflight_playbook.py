@@ -75,7 +75,8 @@ def test_several_defects_are_listed_together(tmp_path):
 
 @pytest.mark.parametrize(("change", "expected"), [
     ({"system_backup_retention": 0},
-     "backup: spark-a: expected system_backup_target an absolute directory other than /"),
+     "backup: spark-a: system_backup_retention: expected at least 1 (a retention of 0 would delete every backup), "
+     "got 0; nothing was changed"),
     ({"system_backup_backend": "tape"},
      "value of system_backup_backend must be one of: tar, rear, got: tape"),
     ({"inference_service_users": [{"name": "operator", "password": ""}]},
@@ -83,14 +84,27 @@ def test_several_defects_are_listed_together(tmp_path):
     ({"inference_service_client_networks": ["10.20.0.0/33"]},
      "inference_service_client_networks / inference_service_admin_networks as lists of networks"),
     ({"acceptance_min_prefill_tps": -1},
-     "acceptance_min_prefill_tps >= 0 (0: measured, not gated)"),
-    ({"bandwidth_gate_min_ratio": 1.5}, "bandwidth: spark-a: expected bandwidth_gate_min_ratio in (0, 1]"),
+     "acceptance: spark-a: acceptance_min_prefill_tps: expected 0 or more tokens/s (0: measured, not gated), got -1; "
+     "nothing was measured"),
+    ({"bandwidth_gate_min_ratio": 1.5},
+     "bandwidth: spark-a: bandwidth_gate_min_ratio: expected a fraction of the negotiated rate in (0, 1], got 1.5; "
+     "nothing was measured"),
     ({"inference_service_api_keys": [{"name": "tools", "key": "s3cr3t-but-short"}]},
      "service: spark-a: inference_service_api_keys: entry 0 (tools): the key must be a string of at least 24"),
-    ({"inference_service_queue_max": -2}, "inference_service_queue_max: expected -1 or more, got -2"),
+    ({"inference_service_queue_max": -2},
+     "service: spark-a: inference_service_queue_max: expected -1 (no cap) or more, got -2; nothing was changed"),
     ({"acceptance_soak_seconds": 15},
-     "acceptance_soak_seconds 0 (no soak) or at least 3 windows of acceptance_soak_window s"),
-    ({"acceptance_ramp_levels": [1, 0, 4]}, "acceptance_ramp_levels a list of concurrencies >= 1"),
+     "acceptance_soak_seconds: expected 0 (no soak) or at least 3 windows of acceptance_soak_window s, got 15, "
+     "acceptance_soak_window 10"),
+    ({"acceptance_ramp_levels": [1, 0, 4]},
+     "acceptance_ramp_levels: expected a list of concurrencies of 1 or more, got [1, 0, 4]"),
+    ({"kernel_tuning_cmdline": ["iommu=pt", "bad word"]},
+     "kernel: spark-a: kernel_tuning_cmdline: expected a list of name or name=value words without spaces, got "
+     "['iommu=pt', 'bad word']; nothing was changed"),
+    ({"weights_sync_transfer_timeout": 5, "weights_sync_io_timeout": 10},
+     "weights: spark-a: weights_sync_transfer_timeout: expected a timeout above the I/O timeout, got 5, "
+     "weights_sync_io_timeout 10; nothing was changed"),
+    ({"rdma_network_roce_priority": 9}, "rdma: spark-a: rdma_network_roce_priority: expected 0 to 7, got 9"),
 ])
 def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
     inv = make_inventory(tmp_path, "spark-a", change)
@@ -102,6 +116,18 @@ def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, e
     assert "PLAY [Preflight | every stage's settings, on the controller]" in out
     assert "Gathering Facts" not in out, "a host was contacted after a failed validation"
     assert "Kernel |" not in out
+
+
+def test_a_refusal_names_only_the_wrong_setting(tmp_path):
+    """One bad value among a stage's many: the message is that setting,
+    its value and its form; the good ones are not listed."""
+    inv = make_inventory(tmp_path, "spark-a", {"inference_service_queue_max": 16, "inference_service_rate_burst": -3})
+    proc = run_site(inv, "--tags", "kernel")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    line = next(line for line in out.splitlines() if "service: spark-a: " in line and "expected" in line)
+    assert "inference_service_rate_burst: expected 0 or more, got -3; nothing was changed" in line, line
+    assert "inference_service_queue_max" not in line and "inference_service_rate_per_second" not in line, line
 
 
 def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):

@@ -127,5 +127,5 @@ def test_bad_prompts_are_refused_before_any_measurement(report):
     before = reports()
     proc = site("-e", json.dumps({"acceptance_prompts": [{"name": "x", "kind": "poem", "prompt": "y"}]}))
     assert proc.returncode != 0
-    assert "acceptance: lab-master: expected acceptance_prompts as a list of {name, kind: chat|completion" in proc.stdout
+    assert "acceptance: lab-master: acceptance_prompts: expected a list of {name, kind: chat|completion" in proc.stdout
     assert reports() == before
