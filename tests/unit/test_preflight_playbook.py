@@ -29,6 +29,7 @@ def make_inventory(tmp_path: Path, host: str, change: dict) -> Path:
         data["ansible_connection"] = "local"
         # what the site's vault holds (inventory/example names it)
         data["vault_inference_service_operator_password"] = "test-only-not-a-secret"
+        data["vault_inference_service_api_key"] = "test-only-not-a-secret-key-of-32-chars"
         if name == host:
             data.update(change)
         path.write_text(yaml.safe_dump(data))
@@ -139,3 +140,39 @@ def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):
     assert "did you mean inference_service_client_networks?" in out
     assert "spark-b: twinrail_weight: expected a name twinrail reads" in out and "did you mean twinrail_weights?" in out
     assert "Gathering Facts" not in out
+
+
+def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch):
+    """As an operator starts: copy inventory/example, make its vault with
+    `twinrail secrets` (ansible-vault's library, a password file made
+    0600), run site.yml with --vault-password-file: every secret the
+    example names is defined and the controller's checks pass. Without the
+    password the run stops saying so."""
+    from twinrail.ctl import main  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    inv = tmp_path / "inventory" / "spark-site"
+    shutil.copytree(REPO / "inventory" / "example", inv)
+    for name in ("spark-a", "spark-b"):
+        path = inv / "host_vars" / f"{name}.yml"
+        data = yaml.safe_load(path.read_text())
+        data["ansible_connection"] = "local"  # never an address outside this machine
+        path.write_text(yaml.safe_dump(data))
+    assert main.main(["secrets", "-i", str(inv)]) == 0
+    password = tmp_path / "config" / "twinrail" / "spark-site" / "vault-pass"
+    assert oct(password.stat().st_mode & 0o777) == "0o600"
+    vault = (inv / "group_vars" / "cluster" / "vault.yml").read_text()
+    assert vault.startswith("$ANSIBLE_VAULT;1.1;AES256")
+    key = (tmp_path / "config" / "twinrail" / "spark-site" / "api-key").read_text().strip()
+    assert len(key) >= 24 and key not in vault
+    # the controller's plays only (tagged always): nothing reaches a host
+    proc = run_site(inv, "--tags", "always", "--vault-password-file", str(password))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Preflight | every stage's settings, on the controller" in out and "failed=0" in out
+    assert key not in out
+    proc = run_site(inv, "--tags", "always")
+    assert proc.returncode != 0 and "no vault secrets" in (proc.stdout + proc.stderr).lower()
+    # a second `secrets` changes nothing without --force
+    assert main.main(["secrets", "-i", str(inv)]) == 2
+    assert (inv / "group_vars" / "cluster" / "vault.yml").read_text() == vault

@@ -4,6 +4,8 @@
   twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N]  the service's journals across nodes, by time
   twinrail bench --key-file F [--streams N] [--duration S]  a short load through the proxy, its latency figures
   twinrail drill {kill-worker,stop-worker,cut-rail RAIL,memory-hog} --yes --key-file F   a fault drill, measured
+  twinrail init SITE --profile P --node NAME=ADDRESS ... --user U   find the boxes, write inventory/SITE/ and its vault
+  twinrail secrets -i inventory/SITE       the site's vault: an operator password and an API key
 
 The global options (-i, --timeout, --vault-password-file, --ask-vault-pass)
 are taken before or after the subcommand.
@@ -22,16 +24,26 @@ from pathlib import Path
 from . import bench as bench_mod
 from . import drill as drill_mod
 from . import logs as logs_mod
-from . import probe, status as status_mod
+from . import probe, site as site_mod, status as status_mod
 from .inventory import InventoryError, site_name, vault_args
 from .inventory import load as load_inventory
 
 DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", "inventory/lab")
 
 
+def site_files(args) -> Path:
+    """The site's own files on the controller (~/.config/twinrail/<site>/:
+    the vault password and API key `twinrail secrets` made)."""
+    return site_mod.config_dir(site_name(args.inventory))
+
+
 def load(args):
-    """The inventory the command names, its vault opened as asked."""
-    return load_inventory(args.inventory, vault_args(args.vault_password_file, args.ask_vault_pass))
+    """The inventory the command names, its vault opened as asked (or with
+    the site's password file, when `twinrail secrets` made one)."""
+    password = args.vault_password_file
+    if not password and not args.ask_vault_pass and (site_files(args) / "vault-pass").exists():
+        password = str(site_files(args) / "vault-pass")
+    return load_inventory(args.inventory, vault_args(password, args.ask_vault_pass))
 
 
 def reports_dir(args, cluster) -> Path:
@@ -114,7 +126,8 @@ def cmd_bench(args) -> int:
 
 
 def api_key(args) -> str:
-    key = os.environ.get("TWINRAIL_API_KEY") or (Path(args.key_file).read_text().strip() if args.key_file else "")
+    key_file = args.key_file or (str(site_files(args) / "api-key") if (site_files(args) / "api-key").exists() else None)
+    key = os.environ.get("TWINRAIL_API_KEY") or (Path(key_file).read_text().strip() if key_file else "")
     if not key:
         raise InventoryError(f"{args.command}: an API key is needed: --key-file FILE or $TWINRAIL_API_KEY "
                              "(one of inference_service_api_keys)")
@@ -163,6 +176,71 @@ def global_options(parser, suppress: bool) -> None:
                         help="ask for the vault's password")
 
 
+def cmd_secrets(args) -> int:
+    site_dir = Path(args.inventory)
+    if not (site_dir / "hosts.yml").exists():
+        raise InventoryError(f"secrets: {site_dir}: expected an inventory directory with hosts.yml")
+    files = site_files(args)
+    made = site_mod.write_secrets(site_dir, Path(args.vault_password_file or files / "vault-pass"),
+                                  Path(args.key_file or files / "api-key"), force=args.force)
+    print(render_secrets(made))
+    return 0
+
+
+def render_secrets(made: dict) -> str:
+    return "\n".join([
+        f"  vault      {made['vault']} (an operator password and API key '{made['api_key_name']}', encrypted)",
+        f"  password   {made['password_file']} ({'made now, ' if made['password_made'] else ''}mode 0600: keep it "
+        "safe, every run needs it)",
+        f"  API key    {made['key_file']} (mode 0600: give it to the first client)"])
+
+
+def cmd_init(args) -> int:
+    nodes = []
+    for item in args.node:
+        name, _, address = item.partition("=")
+        if not name or not address:
+            raise InventoryError(f"init: --node {item!r}: expected NAME=ADDRESS (the first node is the master)")
+        nodes.append((name, address))
+    if len(nodes) < 2 or len(nodes) > 8:
+        raise InventoryError(f"init: expected 2 to 8 --node NAME=ADDRESS, got {len(nodes)}")
+    profile_file = status_mod.REPO / "profiles" / f"{args.profile}.yml"
+    if not profile_file.exists():
+        known = ", ".join(sorted(p.stem for p in (status_mod.REPO / "profiles").glob("*.yml")))
+        raise InventoryError(f"init: --profile {args.profile!r}: expected one of {known}")
+    site_dir = Path(args.root) / args.site
+    if site_dir.exists() and any(site_dir.iterdir()) and not args.force:
+        raise InventoryError(f"init: {site_dir} exists: nothing was changed (--force writes it again)")
+    profile = site_mod.yaml.safe_load(profile_file.read_text())
+    known_hosts = os.path.expanduser(args.known_hosts)
+    found = {name: site_mod.discover(address, args.user, args.port, args.ssh_key, known_hosts, args.timeout)
+             for name, address in nodes}
+    decided = site_mod.plan(nodes, found, profile, args.rail_subnets.split(","))
+    if decided["problems"]:
+        raise InventoryError("init: nothing was written: " + "; ".join(decided["problems"]))
+    connection = {"user": args.user, "port": args.port, "key_file": args.ssh_key,
+                  "known_hosts": args.known_hosts if args.known_hosts != "~/.ssh/known_hosts" else None}
+    site_dir.mkdir(parents=True, exist_ok=True)
+    site_mod.write_site(site_dir, status_mod.REPO / "inventory" / "example", args.profile, nodes, decided, connection)
+    files = site_mod.config_dir(args.site)
+    made = site_mod.write_secrets(site_dir, Path(args.vault_password_file or files / "vault-pass"),
+                                  files / "api-key", force=args.force)
+    lines = [f"twinrail init: site {args.site} in {site_dir} (profile {args.profile})"]
+    for name, address in nodes:
+        host = decided["hosts"][name]
+        rails = "; ".join(f"{r['name']} {r['interface']} {r['address']}"
+                          + (f" RDMA {r['rdma_device']}" if r["rdma_device"] else " (no RDMA device)")
+                          for r in host["rails"])
+        lines.append(f"  {name:<14} {address:<15} {host['machine']}, {host['memtotal_gib']} GiB, "
+                     f"management {host['management']}; {rails}")
+    lines.append(render_secrets(made))
+    lines.append("Next: set the model and its weights in "
+                 f"{site_dir / 'group_vars' / 'cluster' / 'main.yml'}, then")
+    lines.append(f"  .venv/bin/ansible-playbook site.yml -i {site_dir} --vault-password-file {made['password_file']}")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="twinrail", description="The operator's command line of a twinrail cluster.")
     global_options(parser, suppress=False)
@@ -208,6 +286,28 @@ def main(argv=None) -> int:
                                          "its acceptance reports)")
     drill.add_argument("--json", action="store_true", help="the result as JSON")
     drill.set_defaults(func=cmd_drill)
+    init = sub.add_parser("init", help="find what two to eight boxes are and write inventory/SITE/ with its vault")
+    init.add_argument("site", help="the site's name: inventory/SITE/ is written")
+    init.add_argument("--profile", required=True, help="the hardware profile the boxes must be (profiles/<name>.yml)")
+    init.add_argument("--node", action="append", default=[], metavar="NAME=ADDRESS",
+                      help="a box's name and management address; the first is the master (2 to 8)")
+    init.add_argument("--user", required=True, help="the SSH user on every box (sudo without a password)")
+    init.add_argument("--port", type=int, default=22, help="SSH port (22)")
+    init.add_argument("--ssh-key", help="the SSH private key (default the agent's or ~/.ssh's)")
+    init.add_argument("--known-hosts", default="~/.ssh/known_hosts",
+                      help="the known_hosts file holding the boxes' keys (an unknown key is refused)")
+    init.add_argument("--rail-subnets", default="192.168.100.0/24,192.168.101.0/24",
+                      help="one subnet per rail for ports that have no address yet (comma-separated)")
+    init.add_argument("--vault-password-file", metavar="FILE",
+                      help="the vault's password file (made when absent; default ~/.config/twinrail/SITE/vault-pass)")
+    init.add_argument("--root", default=str(status_mod.REPO / "inventory"), help="where inventories live")
+    init.add_argument("--force", action="store_true", help="write over an existing site and its secrets")
+    init.add_argument("--timeout", type=float, default=10, help="seconds to connect to a box")
+    init.set_defaults(func=cmd_init)
+    secrets = command("secrets", help="the site's vault: a generated operator password and API key")
+    secrets.add_argument("--key-file", help="where the API key is written (default ~/.config/twinrail/SITE/api-key)")
+    secrets.add_argument("--force", action="store_true", help="replace the vault's secrets")
+    secrets.set_defaults(func=cmd_secrets)
     args = parser.parse_args(argv)
     # paramiko logs a failed handshake with its traceback; twinrail says it once, per node
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)

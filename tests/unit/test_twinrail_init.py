@@ -1,0 +1,98 @@
+"""`twinrail init`'s decisions on what the boxes said: the discovery of the
+converged lab's two nodes (tests/fixtures/lab/twinrail_init_discover_*,
+the program init runs over SSH, captured), and each refusal as that
+capture with one thing changed, as the box would report it. Nothing is
+written on a refusal; an existing site is left as it is."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from conftest import FIXTURES, REPO
+
+from twinrail.ctl import main, site
+
+NODES = [("lab-master", "198.18.0.10"), ("lab-worker1", "198.18.0.11")]
+FOUND = {name: json.loads((FIXTURES / "lab" / f"twinrail_init_discover_converged_lab_{name[4:]}.json").read_text())
+         for name, _ in NODES}
+LAB = yaml.safe_load((REPO / "profiles" / "lab.yml").read_text())
+SPARK = yaml.safe_load((REPO / "profiles" / "dgx-spark.yml").read_text())
+SUBNETS = ["198.19.0.0/24", "198.19.1.0/24"]
+
+
+def test_the_lab_found_is_the_lab_inventory():
+    """The rails init finds on the lab's boxes are inventory/lab's: names,
+    interfaces, addresses (kept: the ports hold them already)."""
+    decided = site.plan(NODES, FOUND, LAB, SUBNETS)
+    assert decided["problems"] == []
+    for name, _ in NODES:
+        lab = yaml.safe_load((REPO / "inventory" / "lab" / "host_vars" / f"{name}.yml").read_text())
+        got = decided["hosts"][name]
+        assert [(r["name"], r["interface"], r["address"]) for r in got["rails"]] == [
+            (r["name"], r["interface"], r["address"]) for r in lab["twinrail_rails"]]
+        assert got["mgmt_address"] == lab["twinrail_mgmt_address"] and got["management"] == "eth0"
+
+
+def test_ports_without_an_address_get_one_subnet_per_rail():
+    found = copy.deepcopy(FOUND)
+    for box in found.values():
+        for entry in box["addresses"]:
+            if entry["ifname"].startswith("ens1"):
+                entry["addr_info"] = []
+    decided = site.plan(NODES, found, LAB, ["10.100.0.0/30", "10.100.1.0/30"])
+    assert [r["address"] for r in decided["hosts"]["lab-master"]["rails"]] == ["10.100.0.1/30", "10.100.1.1/30"]
+    assert [r["address"] for r in decided["hosts"]["lab-worker1"]["rails"]] == ["10.100.0.2/30", "10.100.1.2/30"]
+
+
+def test_refusals_name_the_box_and_the_reason():
+    found = copy.deepcopy(FOUND)
+    found["lab-worker1"] = {"unreachable": "NoValidConnectionsError: Unable to connect to port 22 on 198.18.0.11"}
+    assert site.plan(NODES, found, LAB, SUBNETS)["problems"] == [
+        "lab-worker1 (198.18.0.11): unreachable: NoValidConnectionsError: Unable to connect to port 22 on 198.18.0.11"]
+    # a cable pulled: the worker's rail1 has no carrier, the rails do not pair up
+    found = copy.deepcopy(FOUND)
+    next(p for p in found["lab-worker1"]["ports"] if p["name"] == "ens1f1np1")["carrier"] = "0"
+    assert site.plan(NODES, found, LAB, SUBNETS)["problems"] == [
+        "the rails do not pair up: cabled ports per box lab-master 2, lab-worker1 1"]
+    for port in found["lab-worker1"]["ports"]:
+        port["carrier"] = "0"
+    assert "lab-worker1 (198.18.0.11): no cabled rail: no port with a carrier besides the management one" in \
+        site.plan(NODES, found, LAB, SUBNETS)["problems"]
+    # the boxes are not what the profile says
+    problems = site.plan(NODES, FOUND, SPARK, SUBNETS)["problems"]
+    assert "lab-master (198.18.0.10): architecture x86_64, the profile expects aarch64" in problems
+    assert ("lab-master (198.18.0.10): no NVIDIA GPU answers nvidia-smi (nvidia-smi is not installed), the profile "
+            "expects one") in problems
+    assert "lab-worker1 (198.18.0.11): no RDMA device (/sys/class/infiniband is empty), the profile expects one" \
+        in problems
+
+
+def test_init_writes_the_site_and_its_vault_and_refuses_to_write_over_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(site, "discover", lambda host, *a, **k: FOUND[dict((b, a) for a, b in NODES)[host]])
+    argv = ["init", "lab2", "--profile", "lab", "--node", "lab-master=198.18.0.10", "--node",
+            "lab-worker1=198.18.0.11", "--user", "twinrail", "--rail-subnets", ",".join(SUBNETS),
+            "--root", str(tmp_path / "inventory")]
+    assert main.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "lab-master     198.18.0.10     x86_64" in out and "rail1 ens1f1np1 198.19.1.2/24 (no RDMA device)" in out
+    assert f"--vault-password-file {tmp_path / 'config' / 'twinrail' / 'lab2' / 'vault-pass'}" in out
+    inv = tmp_path / "inventory" / "lab2"
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    assert list(hosts["all"]["children"]["cluster"]["children"]["master"]["hosts"]) == ["lab-master"]
+    worker = yaml.safe_load((inv / "host_vars" / "lab-worker1.yml").read_text())
+    assert worker["twinrail_mgmt_address"] == "198.18.0.11/24" and len(worker["twinrail_rails"]) == 2
+    assert "twinrail_profile: lab" in (inv / "group_vars" / "cluster" / "main.yml").read_text()
+    vault = (inv / "group_vars" / "cluster" / "vault.yml").read_bytes()
+    assert vault.startswith(b"$ANSIBLE_VAULT;1.1;AES256")
+    # again: nothing changes without --force
+    assert main.main(argv) == 2
+    assert "exists: nothing was changed (--force writes it again)" in capsys.readouterr().err
+    assert (inv / "group_vars" / "cluster" / "vault.yml").read_bytes() == vault
+    # a refusal writes nothing
+    assert main.main(["init", "lab3", "--profile", "dgx-spark"] + argv[4:]) == 2
+    assert "init: nothing was written: lab-master (198.18.0.10): architecture x86_64" in capsys.readouterr().err
+    assert not (tmp_path / "inventory" / "lab3").exists()
