@@ -107,6 +107,9 @@ def test_every_profile_is_complete_and_the_lab_needs_no_gpu_nor_rdma():
     assert len({frozenset(k) for k in keys.values()}) == 1, keys
     assert lookup.setting("lab", "expect") == {"architecture": "x86_64", "gpu": False, "rdma": False}
     assert lookup.setting("dgx-spark", "runtime_build_cuda_archs") == "121"
+    # iommu=pt is an x86 parameter: never on the aarch64 profile's command line
+    assert lookup.setting("dgx-spark", "kernel_tuning_cmdline") == ["pcie_aspm=off"]
+    assert "iommu=pt" in lookup.setting("x86-connectx", "kernel_tuning_cmdline")
 
 
 def test_an_unknown_profile_or_setting_is_named():
@@ -152,7 +155,8 @@ def test_the_example_inventory_on_the_dgx_spark_profile_passes_the_controller_si
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(["ansible-playbook", "-i", str(REPO / "inventory" / "example"), str(REPO / "site.yml"),
                            "--tags", "preflight", "-e", "ansible_host=127.0.0.1", "-e", "ansible_port=1",
-                           "-e", "vault_inference_service_operator_password=not-a-real-password"],
+                           "-e", "vault_inference_service_operator_password=not-a-real-password",
+                           "-e", "vault_inference_service_api_key=not-a-real-key-of-32-characters"],
                           cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
     out = proc.stdout
     assert proc.returncode != 0
