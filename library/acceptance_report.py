@@ -33,6 +33,16 @@ options:
     description: What the report says about the run (cluster, model, thresholds, run id, commit).
     type: dict
     default: {}
+  baseline:
+    description: >-
+      The site's acceptance baseline (a JSON file). When the context's thresholds set no floor (all 0), a run
+      that passes with no baseline kept makes its figures the baseline, and a later run fails on a figure
+      more than I(baseline_max_drop_pct) below it. Unset: no baseline.
+    type: path
+  baseline_max_drop_pct:
+    description: How far below the baseline a figure may fall, in percent.
+    type: float
+    default: 20
 """
 
 EXAMPLES = r"""
@@ -50,11 +60,20 @@ files:
   description: The paths written.
   returned: success
   type: list
+baseline_failures:
+  description: The figures more than the bound below the site's baseline (empty when none, or floors are set).
+  returned: success
+  type: list
+notice:
+  description: What a first site reads when its figures became its baseline (empty otherwise).
+  returned: success
+  type: str
 """
 
 import json
 import os
 
+from ansible.module_utils.acceptance_checks import baseline_drops, baseline_notice, floors_set
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -169,6 +188,8 @@ def main():
             "dest": {"type": "path", "required": True},
             "results": {"type": "dict", "required": True},
             "context": {"type": "dict", "default": {}},
+            "baseline": {"type": "path"},
+            "baseline_max_drop_pct": {"type": "float", "default": 20},
         },
         supports_check_mode=True,
     )
@@ -177,7 +198,9 @@ def main():
         module.fail_json(msg=f"acceptance: {module.params['host']}: report directory {dest} exists and is not a directory")
     if module.check_mode:
         module.exit_json(changed=False, files=[])
-    results, context = module.params["results"], module.params["context"]
+    results, context = dict(module.params["results"]), module.params["context"]
+    drops, notice, keep = judge_baseline(module, results, context)
+    results["failures"] = list(results.get("failures") or []) + drops
     files = [os.path.join(dest, name) for name in ("acceptance.json", "acceptance.md", "acceptance.png")]
     try:
         os.makedirs(dest, exist_ok=True)
@@ -191,7 +214,35 @@ def main():
     except ImportError as exc:
         module.fail_json(msg=f"acceptance: {module.params['host']}: the plot needs matplotlib on the controller "
                              f"(requirements.txt): {exc}")
-    module.exit_json(changed=True, files=files)
+    if keep:
+        try:
+            with open(module.params["baseline"], "w", encoding="utf-8") as handle:
+                json.dump(keep, handle, indent=2)
+        except OSError as exc:
+            module.fail_json(msg=f"acceptance: {module.params['host']}: cannot keep the baseline: {exc}")
+        files.append(module.params["baseline"])
+    module.exit_json(changed=True, files=files, baseline_failures=drops, notice=notice)
+
+
+def judge_baseline(module, results: dict, context: dict) -> tuple[list, str, dict | None]:
+    """(drops below the kept baseline, the first site's notice, the
+    baseline to keep) when the site sets no floors; nothing otherwise."""
+    path = module.params["baseline"]
+    if not path or floors_set(context.get("thresholds") or {}):
+        return [], "", None
+    measured = results.get("performance") or {}
+    bound = module.params["baseline_max_drop_pct"]
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                kept = json.load(handle)
+        except (OSError, ValueError) as exc:
+            module.fail_json(msg=f"acceptance: {module.params['host']}: the baseline {path} cannot be read: {exc}")
+        return baseline_drops(measured, kept, bound), "", None
+    if results.get("failures"):
+        return [], "", None  # a failed run is no baseline
+    figures = {key: measured.get(key) for key in ("single_decode_tps", "aggregate_decode_tps", "prefill_tps")}
+    return [], baseline_notice(figures, path, bound), {"run": context.get("run"), "figures": figures}
 
 
 if __name__ == "__main__":

@@ -82,3 +82,51 @@ def verdicts(measured: dict, thresholds: dict) -> list[str]:
         failures.append(f"long context: memory grew {growth:.1f} points of the node's memory during the "
                         f"generation, at most {limit} allowed")
     return failures
+
+
+# A first site sets no floors: its first passing figures become its baseline
+# and later runs are held to them within a drift bound. The field reports'
+# production figures (two 128 GiB workstations on 2 x 200 Gb/s, a 552B MoE
+# at 2.9 bits) are the targets a site may set as floors once it reaches them.
+FIGURES = {"single_decode_tps": "single-stream decode", "aggregate_decode_tps": "aggregate decode",
+           "prefill_tps": "prefill"}
+FLOOR_SETTINGS = {"single_decode_tps": "acceptance_min_single_decode_tps",
+                  "aggregate_decode_tps": "acceptance_min_aggregate_decode_tps",
+                  "prefill_tps": "acceptance_min_prefill_tps"}
+FIELD_TARGETS = {"single_decode_tps": 75, "aggregate_decode_tps": 130, "prefill_tps": 2000}
+
+
+def floors_set(thresholds: dict) -> bool:
+    """Whether the site gates on floors of its own (any above 0)."""
+    return any(float(thresholds.get(key) or 0) > 0 for key in FIGURES)
+
+
+def baseline_drops(measured: dict, baseline: dict, max_drop_pct: float) -> list[str]:
+    """One sentence per figure more than max_drop_pct below the site's
+    baseline, naming the figure, both values and the bound."""
+    failures = []
+    for key, label in FIGURES.items():
+        kept, value = (baseline.get("figures") or {}).get(key), measured.get(key)
+        if not kept:
+            continue
+        if value is None:
+            failures.append(f"{label}: not measured, the site's baseline is {kept:.1f} tokens/s")
+            continue
+        drop = 100.0 * (kept - value) / kept
+        if drop > max_drop_pct:
+            failures.append(f"{label}: {value:.1f} tokens/s measured, {drop:.0f} % below this site's baseline "
+                            f"{kept:.1f} (run {baseline.get('run')}); at most {max_drop_pct:g} % allowed")
+    return failures
+
+
+def baseline_notice(figures: dict, path: str, max_drop_pct: float) -> str:
+    """What a first site reads when its figures become its baseline: the
+    figures, the settings that would make floors of them, the targets."""
+    shown = ", ".join(f"{FIGURES[k]} {figures[k]:.1f}" for k in FIGURES if figures.get(k) is not None)
+    floors = ", ".join(f"{FLOOR_SETTINGS[k]}: {round(figures[k] * 0.9, 1)}" for k in FIGURES
+                       if figures.get(k) is not None)
+    targets = " / ".join(str(FIELD_TARGETS[k]) for k in FIGURES)
+    return (f"acceptance: no floors are set: this site's first figures ({shown} tokens/s) are kept as its baseline "
+            f"in {path}; later runs fail on a drop of more than {max_drop_pct:g} %. To gate on floors instead, set "
+            f"{floors} (90 % of them). The field reports' production figures, {targets} tokens/s (single, "
+            f"aggregate, prefill), are the targets for two 128 GiB workstations on 2 x 200 Gb/s")

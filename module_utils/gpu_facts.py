@@ -100,6 +100,10 @@ def parse_table(text: str) -> dict:
             "utilization_pct": int(util.group("util")) if util else None,
         }
         gpus.append(gpu)
+        block = [line, detail] + ([third] if "|" in third and not third.startswith("+") else [])
+        if any("ERR!" in row for row in block):
+            problems.append(f"GPU {gpu['index']} ({gpu['bus_id']}): nvidia-smi shows ERR! where it reads the GPU "
+                            f"(a GPU in error, often after an Xid): {_quote(chr(10).join(block))}")
         if kind == "unread":
             problems.append(f"GPU {gpu['index']} ({name}, {gpu['bus_id']}): nvidia-smi reads its memory as "
                             f"{reading or 'nothing'!r}, not a figure: a discrete GPU whose memory is unknown "

@@ -152,6 +152,8 @@ RULES = {
         (("acceptance_min_single_decode_tps",), at_least(0, float), "0 or more tokens/s (0: measured, not gated)"),
         (("acceptance_min_aggregate_decode_tps",), at_least(0, float), "0 or more tokens/s (0: measured, not gated)"),
         (("acceptance_min_prefill_tps",), at_least(0, float), "0 or more tokens/s (0: measured, not gated)"),
+        (("acceptance_baseline_max_drop_pct",), lambda v: above(0)(v) and _number(v) < 100,
+         "a percentage above 0 and below 100"),
         (("acceptance_failover_sla",), above(0), "above 0 s"),
         (("acceptance_idle_wait",), at_least(0), "0 or more s"),
         (("acceptance_ramp_levels",), lambda v: isinstance(v, list) and len(v) > 0 and all(at_least(1)(x) for x in v),

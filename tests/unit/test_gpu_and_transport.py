@@ -127,6 +127,31 @@ def test_unified_memory_is_the_product_and_its_reading_together():
     assert [(t["index"], t["memory"], t["memory.total"]) for t in titans] == [(i, "discrete", 12206) for i in range(8)]
 
 
+def test_a_discrete_gpu_whose_memory_reads_na_is_unread_never_unified():
+    """An H100 whose table (nvidia-smi in a container given one MIG slice)
+    reads its memory as "N/A": the old parser recorded it as GB10-like
+    unified memory; it is a discrete GPU whose memory was not read."""
+    facts = parse_table(gpu("nvidia_smi_h100_mig_in_container_memory_na_535.txt"))
+    (h100,) = facts["gpus"]
+    assert (h100["name"], h100["memory"], h100["memory_total_mib"], h100["mig"]) == (
+        "NVIDIA H100 80GB HBM3", "unread", None, True)
+    assert facts["problems"] == [
+        "GPU 0 (NVIDIA H100 80GB HBM3, 00000000:8B:00.0): nvidia-smi reads its memory as 'N/A', not a figure: a "
+        "discrete GPU whose memory is unknown (only NVIDIA GB10 share the CPU's)"]
+    # the MIG devices' table below it is not read as GPUs
+    assert gpu_gate({"h100": facts}, cuda_required=True) == [f"h100: {facts['problems'][0]}"]
+
+
+def test_a_gpu_in_error_among_eight_is_named():
+    """Eight A40s, GPU 4 after an Xid: ERR! in its name and fields; the
+    others read normally."""
+    facts = parse_table(gpu("nvidia_smi_8x_a40_gpu4_err_xid119_525.txt"))
+    assert len(facts["gpus"]) == 8 and facts["driver_version"] == "525.60.13"
+    (problem,) = facts["problems"]
+    assert problem.startswith("GPU 4 (00000000:83:00.0): nvidia-smi shows ERR! where it reads the GPU")
+    assert "ERR!  ERR! ERR!    ERR! / ERR!" in problem
+
+
 def test_mig_mode_and_the_query_forms_na():
     (row,) = parse_query(gpu("nvidia_smi_query_csv_mig_mode_current_na_header.txt"))
     assert row == {"mig.mode.current": None}
