@@ -28,9 +28,22 @@ options:
     type: dict
     required: true
   memory_mb:
-    description: Each node's total memory in MiB (from C(ansible_memtotal_mb)).
+    description: >-
+      Each node's total memory in MiB, as the guard reads it (node_memory_facts: a container's cgroup limit, else
+      MemTotal).
     type: dict
     required: true
+  os_used_mb:
+    description: >-
+      What each node uses besides twinrail's service, in MiB (node_memory_facts' C(os_used): measured as the guard
+      counts used). A node whose share plus this leaves less than O(margin_pct) below the soft watermark is
+      warned about, with the figures.
+    type: dict
+    default: {}
+  margin_pct:
+    description: Points of a node's memory to keep free below the soft watermark, with what the OS uses.
+    type: float
+    default: 5
   soft_watermark_pct:
     description: Soft memory watermark in percent of a node's memory.
     type: float
@@ -92,10 +105,12 @@ ARGUMENT_SPEC = {
     "soft_watermark_pct": {"type": "float", "required": True},
     "hard_watermark_pct": {"type": "float", "required": True},
     "overhead": {"type": "float", "default": 1.2},
+    "os_used_mb": {"type": "dict", "default": {}},
+    "margin_pct": {"type": "float", "default": 5},
 }
 
 
-def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
+def judge(params: dict, warn) -> dict:
     model = dict(params["model"])
     source = "inventory"
     gguf = model.get("gguf") or ""
@@ -117,7 +132,11 @@ def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
         except (TypeError, ValueError):
             return {"failed": True, "msg": f"preflight: {host}: ansible_memtotal_mb: expected a "
                                            f"number of MiB, got {mib!r}"}
-    result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"])
+    os_used = {host: int(mib) * (1 << 20) for host, mib in (params["os_used_mb"] or {}).items() if mib is not None}
+    result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"],
+                  os_used, params["margin_pct"])
+    for warning in result.pop("warnings"):
+        warn(f"preflight: {warning}")
     lines = [f"model figures from {source}"] + result.pop("lines")
     failures = result.pop("failures")
     if failures:

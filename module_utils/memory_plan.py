@@ -31,8 +31,13 @@ def _gib(value: float) -> str:
 
 
 def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
-         overhead: float) -> dict:
-    """Return {'nodes': {host: {...}}, 'lines': [...], 'failures': [...]}."""
+         overhead: float, os_used_bytes: dict | None = None, margin_pct: float = 5) -> dict:
+    """Return {'nodes': {host: {...}}, 'lines': [...], 'failures': [...],
+    'warnings': [...]}. With ``os_used_bytes`` (what each node uses
+    without twinrail's service, measured as the guard counts it), a
+    warning for each node where the share plus that leaves less than
+    ``margin_pct`` of its memory below the soft watermark: the guard would
+    refuse requests there, though the plan fits."""
     params = float(model["params_b"]) * 1e9
     bits = float(model["bits_per_param"])
     weights = params * bits / 8 * overhead
@@ -50,7 +55,7 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
         f"{model['context']} context x {model['parallel']} sequences = {_gib(kv)}",
         f"total {_gib(total)} over {count} node(s) = {_gib(share)} per node",
     ]
-    nodes, failures = {}, []
+    nodes, failures, warnings = {}, [], []
     for host, mem in memory_bytes.items():
         soft = mem * soft_pct / 100
         hard = mem * hard_pct / 100
@@ -62,6 +67,21 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
         lines.append(f"{host}: {_gib(share)} of {_gib(mem)} = {used_pct:.1f} % "
                      f"(soft watermark {soft_pct:g} % = {_gib(soft)}): "
                      f"{'fits' if ok else 'DOES NOT FIT'}")
+        os_used = (os_used_bytes or {}).get(host)
+        if os_used is not None and mem:
+            nodes[host]["os_used_bytes"] = int(os_used)
+            expected = share + os_used
+            room_pct = soft_pct - 100 * expected / mem
+            lines.append(f"{host}: with what the node uses besides the service ({_gib(os_used)}): "
+                         f"{_gib(expected)} = {100 * expected / mem:.1f} %, {room_pct:.1f} points below the soft "
+                         f"watermark")
+            if ok and room_pct < margin_pct:
+                warnings.append(
+                    f"{host}: memory plan: the model's {_gib(share)} and what the node uses besides it "
+                    f"({_gib(os_used)}, measured now) make {100 * expected / mem:.1f} % of {_gib(mem)}, "
+                    f"{room_pct:.1f} points below the soft watermark {soft_pct:g} % (margin wanted "
+                    f"{margin_pct:g}): the guard counts the same and refuses requests past it. Free memory on the "
+                    f"node, lower the overhead or the context, or raise twinrail_memory_soft_watermark_pct")
         if not ok:
             failures.append(
                 f"{host}: memory plan: the model needs {_gib(share)} on this node "
@@ -69,4 +89,4 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
                 f"watermark {soft_pct:g} % = {_gib(soft)}")
     return {"file_bytes": int(params * bits / 8), "weights_bytes": int(weights), "kv_bytes": int(kv), "total_bytes": int(total),
             "share_bytes": int(share), "nodes": nodes, "lines": lines,
-            "failures": failures}
+            "failures": failures, "warnings": warnings}

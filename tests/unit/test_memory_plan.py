@@ -155,3 +155,48 @@ def test_the_service_accepts_exactly_the_kv_types_the_plan_knows():
     specs = yaml.safe_load((REPO / "roles" / "inference_service" / "meta" / "argument_specs.yml").read_text())
     option = specs["argument_specs"]["main"]["options"]["inference_service_kv_type"]
     assert option["choices"] == list(KV_TYPES)
+
+
+def spark_free() -> tuple[int, int]:
+    """(MemTotal, MemTotal - MemAvailable) in bytes, from a DGX Spark's
+    `free` (tests/fixtures/hardware: KiB; used is what the guard counts)."""
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "hardware"
+            / "free_dgx_spark_kib_prompt_obrienlabs_blog.txt").read_text()
+    row = next(line.split() for line in text.splitlines() if line.startswith("Mem:"))
+    total, available = int(row[1]) * 1024, int(row[6]) * 1024
+    return total, total - available
+
+
+EXAMPLE_MODEL = {"name": "moe-552b-q2_9", "params_b": 552, "bits_per_param": 2.9, "layers": 28, "kv_heads": 8,
+                 "head_dim": 128, "context": 131072, "kv_type": "q8_0", "parallel": 1}
+
+
+def test_the_example_fits_a_spark_on_paper_and_warns_with_what_the_os_uses():
+    """inventory/example's model on two Sparks as Linux sees them (119.7
+    GiB each): 84.8 % under the 85 % watermark, a fit; with the 4.9 GiB the
+    box's desktop and OS use, 88.9 %, past it: preflight warns, naming the
+    node and the figures, and still passes."""
+    total, used = spark_free()
+    memory = {"spark-a": total, "spark-b": total}
+    result = plan(EXAMPLE_MODEL, memory, 85, 92, 1.05, {"spark-a": used, "spark-b": used}, 5)
+    assert result["failures"] == []
+    assert result["nodes"]["spark-a"]["share_pct"] == pytest.approx(84.8, abs=0.05)
+    assert len(result["warnings"]) == 2
+    assert result["warnings"][0].startswith("spark-a: memory plan: the model's 101.56 GiB and what the node uses "
+                                            "besides it (4.85 GiB, measured now) make 88.9 % of 119.70 GiB")
+    assert "below the soft watermark 85 % (margin wanted 5)" in result["warnings"][0]
+    # without the OS's figure the plan says nothing more than it did
+    assert plan(EXAMPLE_MODEL, memory, 85, 92, 1.05)["warnings"] == []
+    # a node with room: no warning
+    roomy = plan(dict(EXAMPLE_MODEL, params_b=400), memory, 85, 92, 1.05, {"spark-a": used, "spark-b": used}, 5)
+    assert roomy["warnings"] == []
+
+
+def test_the_node_memory_module_counts_the_service_apart_on_a_real_systemctl_show():
+    import node_memory_facts  # pylint: disable=import-outside-toplevel
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "lab"
+            / "systemctl_show_id_memorycurrent_twinrail_units_lab_master.txt").read_text()
+    total, units = node_memory_facts.service_bytes(text)
+    assert units == ["twinrail-guard.service", "twinrail-lab-webhook.service", "twinrail-llama.service"]
+    assert total == 13832192 + 9465856 + 602963968  # the firewall's "[not set]" counts nothing
