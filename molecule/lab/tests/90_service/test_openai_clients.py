@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import yaml
 from lab_client import MASTER, PASSWORD, PROJECT, changed_by_host, node, wait_available
 
 testinfra_hosts = ["ansible://master"]
@@ -135,13 +137,52 @@ def test_past_the_queue_cap_a_burst_gets_429_and_the_rest_succeed(host):
     assert all(limited), "a 429 without Retry-After"
 
 
-def test_a_removed_key_stops_working_after_a_re_run(host, tmp_path):
+def quick_start(config: Path) -> subprocess.CompletedProcess:
+    """docs/development.md's lab quick start, the block as written (README's
+    `twinrail init` with the lab's containers as the boxes)."""
+    text = (PROJECT / "docs" / "development.md").read_text()
+    block = text.split("<!-- lab-quickstart -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, XDG_CONFIG_HOME=str(config), ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=PROJECT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_the_quick_start_writes_the_lab_and_its_key_streams_while_a_removed_key_stops(host, tmp_path):
+    """README's quick start on the lab: `twinrail init` finds the lab's two
+    boxes and writes a site that is inventory/lab (nodes, rails, addresses)
+    with a vault; that site passes the controller's checks with its vault
+    password. The keys' list then becomes lab-client and the key init
+    generated, lab-spare left out: a re-run of the service stage writes
+    only the keys' file, the generated key streams a completion through
+    the openai SDK and lab-spare is refused; given back, it works again."""
+    site = PROJECT / "inventory" / "labsite"
+    shutil.rmtree(site, ignore_errors=True)
+    try:
+        proc = quick_start(tmp_path / "config")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        print(proc.stdout)
+        for name in ("lab-master", "lab-worker1"):
+            found = yaml.safe_load((site / "host_vars" / f"{name}.yml").read_text())
+            lab = yaml.safe_load((PROJECT / "inventory" / "lab" / "host_vars" / f"{name}.yml").read_text())
+            assert found["twinrail_rails"] == [dict(r, rdma_device=r.get("rdma_device", "")) for r in
+                                               lab["twinrail_rails"]], (found, lab)
+            assert found["twinrail_mgmt_address"] == lab["twinrail_mgmt_address"]
+        password = tmp_path / "config" / "twinrail" / "labsite" / "vault-pass"
+        env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        checked = subprocess.run(["ansible-playbook", "-i", str(site), str(PROJECT / "site.yml"), "--tags", "always",
+                                  "--vault-password-file", str(password)], capture_output=True, text=True, env=env,
+                                 cwd=PROJECT, timeout=300, check=False)
+        assert checked.returncode == 0 and "failed=0" in checked.stdout, checked.stdout[-3000:]
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+    generated = (tmp_path / "config" / "twinrail" / "labsite" / "api-key").read_text().strip()
     spare = client(key("lab-spare"))
     assert spare.models.list().data
     without = tmp_path / "keys.yml"
-    # the inventory's list less lab-spare (the same lookups: no key is written here)
+    # lab-client (the same lookup: no key of the lab's is written here) and the generated key
     without.write_text("inference_service_api_keys:\n  - name: lab-client\n"
-                       "    key: \"{{ lookup('ansible.builtin.file', twinrail_lab_state_dir ~ '/api-keys/lab-client') }}\"\n")
+                       "    key: \"{{ lookup('ansible.builtin.file', twinrail_lab_state_dir ~ '/api-keys/lab-client') }}\"\n"
+                       f"  - name: first-client\n    key: {json.dumps(generated)}\n")
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
     def service_run(*extra: str) -> str:
@@ -156,6 +197,11 @@ def test_a_removed_key_stops_working_after_a_re_run(host, tmp_path):
         with pytest.raises(openai.AuthenticationError):
             spare.models.list()
         assert client(key("lab-client")).models.list().data
+        stream = client(generated).chat.completions.create(
+            model=served_model(), stream=True, max_tokens=16, messages=[{"role": "user", "content": "Say hello."}])
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        assert text.strip(), "the generated key streamed nothing"
+        print(f"the quick start's key streamed: {text!r}")
         # the guard read the new digests itself: nothing restarted
         assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout == pid
         # the key given back: the stamp the run before left holds (the keys
