@@ -147,3 +147,37 @@ def test_systemd_saying_a_process_crashed_is_read(name, last):
     assert failures and failures[-1].endswith(last)
     assert any("status=" in line and "/" in line for line in failures)
     assert journal_problem(read(name)) is None  # the journal was read: the unit failed, not the reading
+
+
+def _links(text: str) -> list[tuple[str, str, str]]:
+    """(device line, LnkCap, LnkSta) per device block of an lspci -vv capture."""
+    out, device, cap = [], None, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if line[:1].isalnum() and ":" in line[:8]:
+            device = line
+        elif line.startswith("Card: "):
+            device = line.split(" ", 2)[2]
+        elif stripped.startswith("LnkCap:"):
+            cap = stripped
+        elif stripped.startswith("LnkSta:") and device:
+            out.append((device, cap, stripped))
+    return out
+
+
+def test_lspci_downgraded_links_are_named_and_full_ones_pass():
+    """Real lspci -vv: two RTX 2060 cards trained at x8 of x16, and an H100
+    node's blocks: a Gen5 switch port at 16 of 32 GT/s, the BMC's NIC at x1
+    of x2, the H100 and its ConnectX-7 at Gen5 x16."""
+    from rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
+
+    gpus = _links((FIXTURES / "gpu" / "lspci_vv_grep_gt_2x_rtx2060_width_x8_downgraded.txt").read_text())
+    assert len(gpus) == 2
+    assert {pcie_downgrade(sta, cap) for _, cap, sta in gpus} == {
+        "PCIe link trained at Gen3 x8 (8 GT/s), below the Gen3 x16 (8 GT/s) it is capable of: reseat the card or "
+        "check the slot"}
+    node = {device.split(" ")[0]: pcie_downgrade(sta, cap) for device, cap, sta in
+            _links((FIXTURES / "gpu" / "lspci_vvv_h100_node_excerpt_nic_bridge_downgraded.txt").read_text())}
+    assert "x1 (5 GT/s), below the Gen2 x2" in node["01:00.0"]  # the BMC's NIC
+    assert "Gen4 x16 (16 GT/s), below the Gen5 x16 (32 GT/s)" in node["17:03.0"]  # a Gen5 switch port
+    assert node["19:00.0"] is None and node["1a:00.0"] is None  # the H100, the ConnectX-7

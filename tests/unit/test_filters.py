@@ -35,7 +35,21 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
-            "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes"}
+            "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes",
+            "twinrail_setting_names", "twinrail_setting_problems"}
+
+
+def test_the_settings_filters_name_only_the_broken_rules():
+    names = filters.setting_names("kernel")
+    assert names == ["kernel_tuning_nr_hugepages", "kernel_tuning_reboot_timeout", "kernel_tuning_memlock_users",
+                     "kernel_tuning_cmdline"]
+    good = {"kernel_tuning_nr_hugepages": 0, "kernel_tuning_reboot_timeout": 900,
+            "kernel_tuning_memlock_users": ["twinrail-llm"], "kernel_tuning_cmdline": ["iommu=pt", "pcie_aspm=off"]}
+    assert filters.setting_problems("kernel", good) == []
+    assert filters.setting_problems("kernel", dict(good, kernel_tuning_reboot_timeout="30")) == [
+        "kernel_tuning_reboot_timeout: expected at least 60 s, got '30'"]
+    with pytest.raises(ValueError, match="no settings rules for stage 'kernal'; the stages: acceptance, backup"):
+        filters.setting_names("kernal")
 
 
 # ------------------------------------------------------------ drift
