@@ -71,6 +71,8 @@ test: prereqs venv bundle
 lint: venv
 	yamllint --strict .
 	ansible-lint
+	# each role's README is generated from its argument spec and defaults
+	python tools/role_docs.py --check
 	ansible-playbook --syntax-check -i $(INVENTORY) site.yml
 
 unit: venv bundle
