@@ -55,7 +55,7 @@ rails:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.rpc_transport import parse_log, server_problem, transport_verdict
-from ansible.module_utils.unit_journal import since_start
+from ansible.module_utils.unit_journal import journal_problem, since_start
 
 
 def main() -> None:
@@ -72,7 +72,7 @@ def main() -> None:
         device = rail.get("rdma_device") or ""
         # a server that failed (cannot listen, allocate, crashed) fails its rail
         # whatever the transport; an RDMA rail must also prove RDMA on its device
-        problem = transport_verdict(log, device) if device else server_problem(log)
+        problem = (journal_problem(text) or (transport_verdict(log, device) if device else server_problem(log)))
         out.append({"name": rail.get("name"), "address": address, "unit": unit,
                     "expected": "rdma" if device else "tcp", "banner": log["banner"],
                     "connections": len(log["connections"]),

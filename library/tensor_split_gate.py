@@ -73,7 +73,7 @@ buffers:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.tensor_split import MIB, measured_shares, parse_buffers, split_problems
-from ansible.module_utils.unit_journal import since_start
+from ansible.module_utils.unit_journal import since_start, unit_failures
 
 
 def main() -> None:
@@ -91,6 +91,9 @@ def main() -> None:
     if rc != 0:
         module.fail_json(msg=f"{where}: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
     log = parse_buffers(text)
+    crashed = unit_failures(text)
+    if crashed and not log["buffers"]:
+        module.fail_json(msg=f"{where}: llama-server's process failed before it loaded: {'; '.join(crashed[-2:])}")
     if log["error"]:
         module.fail_json(msg=f"{where}: llama-server failed to load the model: {log['error']}")
     if not log["buffers"]:

@@ -40,6 +40,12 @@ FAILURES = tuple(re.compile(p) for p in (
     r"Couldn't create IB resources",
     r"Failed to create QP",
     r"Couldn't allocate MR",
+    r"Completion with error",
+    r"Failed status \d+",
+    r"Failed to modify QP",
+    r"Couldn't read remote address",
+    r"Failed to exchange data between server and clients",
+    r"Problems with warm up",
 ))
 
 _DASHES = re.compile(r"^\s*-{20,}\s*$")

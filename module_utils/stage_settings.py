@@ -21,12 +21,17 @@ import re
 
 
 def _number(value, kind=float):
+    """A setting's number as Jinja's | int or | float would read it ("16",
+    16, 16.0; an int setting rendered "150.0" is 150); None when it is none."""
     if isinstance(value, bool):
         return None
     try:
-        return kind(str(value).strip())
+        number = float(str(value).strip())
     except (TypeError, ValueError):
         return None
+    if kind is int:
+        return int(number) if number.is_integer() else None
+    return number
 
 
 def at_least(low, kind=int):

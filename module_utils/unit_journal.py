@@ -13,8 +13,7 @@ import re
 # "Failed with result 'core-dump'.", "Unit x.service entered failed state."
 _UNIT_FAILED = re.compile(r"(?:[Mm]ain process exited, code=(?:dumped|killed|exited), status=(?!0/)\S+"
                           r"|Failed with result '[^']+'|entered failed state)")
-# journalctl's own words for a journal it could not show (on its standard
-# output, and anything it says on its standard error)
+# journalctl's own words for a journal it could not show
 _UNREADABLE = ("-- No entries --", "You are currently not seeing messages from other users",
                "No journal files were found")
 
@@ -27,7 +26,8 @@ def since_start(module, unit: str, fallback_lines: int | None = None) -> tuple[s
     rc, invocation, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit])
     invocation = invocation.strip() if rc == 0 else ""
     if invocation:
-        match = [f"_SYSTEMD_INVOCATION_ID={invocation}"]
+        # the unit's own lines, or (+) systemd's about this invocation ("Main process exited ...")
+        match = [f"_SYSTEMD_INVOCATION_ID={invocation}", "+", f"INVOCATION_ID={invocation}"]
     elif fallback_lines:
         match = ["-u", unit, "-n", str(fallback_lines)]
     else:
@@ -42,11 +42,10 @@ def unit_failures(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if _UNIT_FAILED.search(line)]
 
 
-def journal_problem(text: str, err: str = "") -> str | None:
+def journal_problem(text: str) -> str | None:
     """journalctl's sentence when it showed nothing of the unit (no
     entries, a journal this user may not read), quoted; None otherwise."""
     for line in text.splitlines():
         if any(words in line for words in _UNREADABLE):
             return f"journalctl: {line.strip()}"
-    said = " / ".join(line.strip() for line in err.splitlines() if line.strip())
-    return f"journalctl: {said[-300:]}" if said else None
+    return None

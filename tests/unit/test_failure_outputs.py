@@ -46,8 +46,14 @@ def test_perftest_failing_is_a_failure_in_its_own_words(name, words):
     assert words in str(raised.value)
 
 
+def test_a_whole_header_then_a_failed_key_exchange_is_the_failure_not_a_missing_row():
+    with pytest.raises(PerftestError) as raised:
+        parse_perftest(read("perftest_ib_read_bw_server_ethernet_read_keys_full.txt"), "ib_read_bw")
+    assert str(raised.value).startswith("ethernet_read_keys: Couldn't read remote address / Unable to read to "
+                                        "socket/rdam_cm / Failed to exchange data between server and clients")
+
+
 @pytest.mark.parametrize("name", [
-    "perftest_ib_read_bw_server_ethernet_read_keys_full.txt",  # a whole header, then the key exchange failed
     "perftest_ib_send_bw_server_2qps_partial.txt",  # two QPs' header, no result row
     "perftest_ngc_ib_write_bw_bidir_2qps_header_partial.txt",  # bidirectional, two QPs, cut in its header
 ])
@@ -181,3 +187,27 @@ def test_lspci_downgraded_links_are_named_and_full_ones_pass():
     assert "x1 (5 GT/s), below the Gen2 x2" in node["01:00.0"]  # the BMC's NIC
     assert "Gen4 x16 (16 GT/s), below the Gen5 x16 (32 GT/s)" in node["17:03.0"]  # a Gen5 switch port
     assert node["19:00.0"] is None and node["1a:00.0"] is None  # the H100, the ConnectX-7
+
+
+def test_rdma_link_facts_reads_ibv_devinfo_or_names_its_failure():
+    """The module's reading of `ibv_devinfo -v -d DEV` on real outputs: a
+    CX5 port's MTUs filled in; no device, or the tool failing, a problem
+    quoting it."""
+    import rdma_link_facts  # pylint: disable=import-outside-toplevel
+
+    def state(device):
+        return {"rdma_device": device, "port": {"port": 1}}
+
+    cx5 = (FIXTURES / "perftest" / "ibv_devinfo_ibstat_roce_cx5_100g_kubeansible.txt").read_text()
+    device = next(iter(parse_ibv_devinfo(cx5)))
+    good = state(device)
+    assert rdma_link_facts.devinfo_problem(0, cx5, "", good) is None
+    assert good["port"]["active_mtu"] and good["port"]["max_mtu"]
+    assert rdma_link_facts.devinfo_problem(0, cx5, "", state(device + "x")) == \
+        f"ibv_devinfo does not list {device}x port 1"
+    none = read("ibv_devinfo_no_ib_devices_found.txt")
+    assert rdma_link_facts.devinfo_problem(0, none, "", state("mlx5_0")).startswith(
+        "no 'hca_id:' line: ibv_devinfo listed no device: ")
+    assert rdma_link_facts.devinfo_problem(255, "", none, state("mlx5_0")).startswith(
+        "ibv_devinfo -d mlx5_0 exited 255: ") and "No IB devices found" in \
+        rdma_link_facts.devinfo_problem(255, "", none, state("mlx5_0"))

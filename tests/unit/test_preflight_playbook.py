@@ -132,17 +132,20 @@ def test_a_refusal_names_only_the_wrong_setting(tmp_path):
 
 
 def test_a_missing_runtime_source_is_refused_at_preflight_naming_the_command(tmp_path):
+    """Preflight (alone or in a whole run) checks the source the runtime
+    stage will need, before any host is contacted."""
     inv = make_inventory(tmp_path, "spark-a", {})
     missing = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
-    proc = run_site(inv, "--tags", "kernel", "-e", f"runtime_build_archive={missing}")
+    proc = run_site(inv, "--tags", "preflight", "-e", f"runtime_build_archive={missing}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert f"runtime: runtime_build_archive: {missing} is absent on the controller: fetch it with " \
            "`.venv/bin/python tools/bundle.py runtime`" in out, out[-3000:]
     assert "Gathering Facts" not in out and "Kernel |" not in out
     missing.write_bytes(b"not the sdist")
-    proc = run_site(inv, "--tags", "kernel", "-e", f"runtime_build_archive={missing}")
+    proc = run_site(inv, "--tags", "preflight", "-e", f"runtime_build_archive={missing}")
     assert "has sha256 " in proc.stdout and ", expected 832db0699007" in proc.stdout, proc.stdout[-3000:]
+    assert "Gathering Facts" not in proc.stdout
 
 
 def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):

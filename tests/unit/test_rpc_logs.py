@@ -124,3 +124,24 @@ def test_the_loader_buffer_lines_in_each_naming_and_its_failure():
     failed = parse_buffers(read("client_alloc_failure_unable_to_allocate_RPC0__issue23858.txt"))
     assert failed["buffers"] == []
     assert failed["error"] == "failed to allocate RPC0[10.0.69.2:50052] buffer of size 193608946688"
+
+
+def test_a_refused_allocation_stands_until_a_client_comes_after_it():
+    """The bind-failure capture's first run up to its allocation failure
+    (before the segfault): the server said it could not allocate and no
+    client came after: failed."""
+    text = read("rpc_server_bind_failure_after_oom_segfault__issue7293.txt")
+    first = text[:text.index("cudaMalloc failed: out of memory") + len("cudaMalloc failed: out of memory")]
+    log = parse_log(first)
+    assert log["failures"] == ["ggml_backend_cuda_buffer_type_alloc_buffer: allocating 6144.00 MiB on device 0: "
+                               "cudaMalloc failed: out of memory"]
+    assert server_problem(log).startswith("the RPC server failed: ggml_backend_cuda_buffer_type_alloc_buffer")
+
+
+def test_an_empty_journal_says_nothing_and_journalctls_no_entries_is_the_rails_problem(capsys, monkeypatch):
+    # an empty log (a long-lived server's rotated away) is not judged a failure here
+    assert server_problem(parse_log("")) is None
+    no_entries = (FIXTURES / "net" / "journalctl_u_k3s_no_entries_logs_begin.txt").read_text()
+    found = run_module([{"name": "rail0", "address": "192.168.1.2/24", "rdma_device": ""}],
+                       {"twinrail-rpc@192.168.1.2.service": no_entries}, capsys, monkeypatch)
+    assert found[0]["problem"] == "journalctl: -- No entries --"

@@ -50,7 +50,8 @@ def test_the_newest_connection_over_rdma_on_the_rails_device_passes(capsys, monk
                                 "banner": "TCP (RDMA auto-negotiate enabled)", "connections": 5,
                                 "rdma_connections": 4, "failures": [], "problem": None}]
     # only what this start of the unit logged
-    assert calls[1][-1] == "_SYSTEMD_INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service"
+    assert calls[1][-3:] == ["_SYSTEMD_INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service", "+",
+                             "INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service"]
 
 
 def test_a_silent_fallback_to_tcp_or_the_wrong_device_fails_the_gate(capsys, monkeypatch):

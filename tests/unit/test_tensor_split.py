@@ -157,7 +157,8 @@ BEOWULF_PLAN = {"master": "n1", "nodes": {"n1": 0.25, "n2": 0.25, "n3": 0.25, "n
 
 def test_the_gate_reads_only_this_start_of_the_unit_and_names_node_planned_and_measured(capsys, monkeypatch):
     result, calls = _gate(BEOWULF, BEOWULF_PLAN, capsys, monkeypatch)
-    assert calls[1][-1] == "_SYSTEMD_INVOCATION_ID=inv-1"
+    # the unit's own lines and systemd's about this invocation
+    assert calls[1][-3:] == ["_SYSTEMD_INVOCATION_ID=inv-1", "+", "INVOCATION_ID=inv-1"]
     assert result["failed"] is True
     assert result["msg"].startswith("service: n1: step 3 (master, cluster mode): the split of the layers is not "
                                     "the memory plan's: n1: planned 25.0% of the model and KV cache, measured 9.5%")

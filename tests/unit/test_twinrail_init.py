@@ -96,3 +96,46 @@ def test_init_writes_the_site_and_its_vault_and_refuses_to_write_over_it(tmp_pat
     assert main.main(["init", "lab3", "--profile", "dgx-spark"] + argv[4:]) == 2
     assert "init: nothing was written: lab-master (198.18.0.10): architecture x86_64" in capsys.readouterr().err
     assert not (tmp_path / "inventory" / "lab3").exists()
+
+
+def test_subnets_too_small_malformed_or_colliding_and_a_host_name_are_refused():
+    found = copy.deepcopy(FOUND)
+    for box in found.values():
+        for entry in box["addresses"]:
+            if entry["ifname"].startswith("ens1"):
+                entry["addr_info"] = []
+    assert site.plan(NODES, found, LAB, ["10.100.0.0/31", "10.100.1.0/30"])["problems"] == [
+        "--rail-subnets: 10.100.0.0/31 holds 0 host addresses, 2 nodes need one each"]
+    assert site.plan(NODES, found, LAB, ["10.100.0/24", "10.100.1.0/24"])["problems"][0].startswith(
+        "--rail-subnets: expected networks like 192.168.100.0/24, got '10.100.0/24'")
+    # lab-worker1 named first (the master) with bare ports: it would be given .1, which lab-master holds
+    half = copy.deepcopy(FOUND)
+    for entry in half["lab-worker1"]["addresses"]:
+        if entry["ifname"].startswith("ens1"):
+            entry["addr_info"] = []
+    assert site.plan(NODES[::-1], half, LAB, ["198.19.0.0/24", "198.19.1.0/24"])["problems"][0].startswith(
+        "the rails' addresses collide: 198.19.0.1, 198.19.1.1 on more than one port")
+    # reached by a name the box does not hold
+    named = [("lab-master", "lab-master.example"), ("lab-worker1", "198.18.0.11")]
+    assert site.plan(named, FOUND, LAB, SUBNETS)["problems"] == [
+        "lab-master (lab-master.example): no port of the box holds lab-master.example, the address it was reached "
+        "on (a host name or a translated address?): give --node the management address the box holds"]
+
+
+def test_the_vault_password_file_is_taken_before_or_after_init(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(site, "discover", lambda host, *a, **k: FOUND[dict((b, a) for a, b in NODES)[host]])
+    password = tmp_path / "mine"
+    password.write_text("a password of mine\n")
+    password.chmod(0o600)
+    argv = ["init", "lab2", "--profile", "lab", "--node", "lab-master=198.18.0.10", "--node",
+            "lab-worker1=198.18.0.11", "--user", "twinrail", "--rail-subnets", ",".join(SUBNETS),
+            "--root", str(tmp_path / "inventory")]
+    assert main.main(["--vault-password-file", str(password)] + argv) == 0
+    assert f"password   {password} (mode 0600" in capsys.readouterr().out
+    assert not (tmp_path / "config" / "twinrail" / "lab2" / "vault-pass").exists()
+    # a password file others may read is refused, and nothing of the site is written
+    password.chmod(0o644)
+    assert main.main(["--vault-password-file", str(password)] + argv[:1] + ["lab3"] + argv[2:]) == 2
+    assert "readable by others (mode 644); chmod 600 it" in capsys.readouterr().err
+    assert not any((tmp_path / "inventory" / "lab3").glob("**/*.yml"))

@@ -28,7 +28,8 @@ from . import probe, site as site_mod, status as status_mod
 from .inventory import InventoryError, site_name, vault_args
 from .inventory import load as load_inventory
 
-DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", "inventory/lab")
+# the project's lab (an absolute path: the command may run from anywhere)
+DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", str(status_mod.REPO / "inventory" / "lab"))
 
 
 def site_files(args) -> Path:
@@ -177,6 +178,8 @@ def global_options(parser, suppress: bool) -> None:
 
 
 def cmd_secrets(args) -> int:
+    if args.inventory == DEFAULT_INVENTORY:
+        raise InventoryError("secrets: name the site: twinrail secrets -i inventory/<site>")
     site_dir = Path(args.inventory)
     if not (site_dir / "hosts.yml").exists():
         raise InventoryError(f"secrets: {site_dir}: expected an inventory directory with hosts.yml")
@@ -221,10 +224,11 @@ def cmd_init(args) -> int:
     connection = {"user": args.user, "port": args.port, "key_file": args.ssh_key,
                   "known_hosts": args.known_hosts if args.known_hosts != "~/.ssh/known_hosts" else None}
     site_dir.mkdir(parents=True, exist_ok=True)
-    site_mod.write_site(site_dir, status_mod.REPO / "inventory" / "example", args.profile, nodes, decided, connection)
     files = site_mod.config_dir(args.site)
+    # the vault first: a refused password file leaves no half-written site
     made = site_mod.write_secrets(site_dir, Path(args.vault_password_file or files / "vault-pass"),
                                   files / "api-key", force=args.force)
+    site_mod.write_site(site_dir, status_mod.REPO / "inventory" / "example", args.profile, nodes, decided, connection)
     lines = [f"twinrail init: site {args.site} in {site_dir} (profile {args.profile})"]
     for name, address in nodes:
         host = decided["hosts"][name]
@@ -236,7 +240,9 @@ def cmd_init(args) -> int:
     lines.append(render_secrets(made))
     lines.append("Next: set the model and its weights in "
                  f"{site_dir / 'group_vars' / 'cluster' / 'main.yml'}, then")
-    lines.append(f"  .venv/bin/ansible-playbook site.yml -i {site_dir} --vault-password-file {made['password_file']}")
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    lines.append(f"  cd {status_mod.REPO} && {playbook} site.yml -i {site_dir} --vault-password-file "
+                 f"{made['password_file']}")
     print("\n".join(lines))
     return 0
 
@@ -286,7 +292,7 @@ def main(argv=None) -> int:
                                          "its acceptance reports)")
     drill.add_argument("--json", action="store_true", help="the result as JSON")
     drill.set_defaults(func=cmd_drill)
-    init = sub.add_parser("init", help="find what two to eight boxes are and write inventory/SITE/ with its vault")
+    init = command("init", help="find what two to eight boxes are and write inventory/SITE/ with its vault")
     init.add_argument("site", help="the site's name: inventory/SITE/ is written")
     init.add_argument("--profile", required=True, help="the hardware profile the boxes must be (profiles/<name>.yml)")
     init.add_argument("--node", action="append", default=[], metavar="NAME=ADDRESS",
@@ -298,11 +304,8 @@ def main(argv=None) -> int:
                       help="the known_hosts file holding the boxes' keys (an unknown key is refused)")
     init.add_argument("--rail-subnets", default="192.168.100.0/24,192.168.101.0/24",
                       help="one subnet per rail for ports that have no address yet (comma-separated)")
-    init.add_argument("--vault-password-file", metavar="FILE",
-                      help="the vault's password file (made when absent; default ~/.config/twinrail/SITE/vault-pass)")
     init.add_argument("--root", default=str(status_mod.REPO / "inventory"), help="where inventories live")
     init.add_argument("--force", action="store_true", help="write over an existing site and its secrets")
-    init.add_argument("--timeout", type=float, default=10, help="seconds to connect to a box")
     init.set_defaults(func=cmd_init)
     secrets = command("secrets", help="the site's vault: a generated operator password and API key")
     secrets.add_argument("--key-file", help="where the API key is written (default ~/.config/twinrail/SITE/api-key)")

@@ -44,8 +44,9 @@ for name in names:
     show = run("systemctl", "show", "-p", "ActiveState,SubState,ActiveEnterTimestamp,NRestarts,InvocationID", name)
     out["units"][name] = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
     if name.startswith("twinrail-rpc@") and out["units"][name].get("InvocationID"):
+        invocation = out["units"][name]["InvocationID"]
         out["journals"][name] = run("journalctl", "--no-pager", "-o", "cat", "-n", "400",
-                                    "_SYSTEMD_INVOCATION_ID=" + out["units"][name]["InvocationID"])
+                                    "_SYSTEMD_INVOCATION_ID=" + invocation, "+", "INVOCATION_ID=" + invocation)
 out["links"] = json.loads(run("ip", "-j", "-d", "link", "show") or "[]")
 out["addresses"] = json.loads(run("ip", "-j", "address", "show") or "[]")
 out["speeds"] = {}

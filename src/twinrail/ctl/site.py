@@ -233,6 +233,10 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
                             f"({(box.get('gpu_table') or 'nvidia-smi is not installed')[:200]}), the profile expects one")
         if rdma and not box.get("rdma"):
             problems.append(f"{host}: no RDMA device (/sys/class/infiniband is empty), the profile expects one")
+        if management_interface(box, address) is None:
+            problems.append(f"{host}: no port of the box holds {address}, the address it was reached on (a host "
+                            "name or a translated address?): give --node the management address the box holds")
+            continue
         ports = cabled_ports(box, address, rdma)
         if not ports:
             wanted = "RDMA port ACTIVE with its link up" if rdma else "port with a carrier"
@@ -247,13 +251,24 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
     count = next(iter(counts.values()))
     if len(subnets) < count:
         return {"problems": [f"{count} rails need {count} rail subnets, got {len(subnets)} (--rail-subnets)"], "hosts": {}}
+    networks = []
+    for text in subnets[:count]:
+        try:
+            network = ipaddress.ip_network(text.strip())
+        except ValueError as exc:
+            return {"problems": [f"--rail-subnets: expected networks like 192.168.100.0/24, got {text!r} ({exc})"],
+                    "hosts": {}}
+        if network.num_addresses - 2 < len(nodes):
+            return {"problems": [f"--rail-subnets: {network} holds {max(network.num_addresses - 2, 0)} host "
+                                 f"addresses, {len(nodes)} nodes need one each"], "hosts": {}}
+        networks.append(network)
     out = {}
     for index, (host, address) in enumerate(nodes):
         existing = _addresses(found[host])
         rails = []
         for number, port in enumerate(rails_by_host[host]):
             kept = existing.get(port["interface"], [])
-            network = ipaddress.ip_network(subnets[number])
+            network = networks[number]
             rails.append({"name": f"rail{number}", "interface": port["interface"], "rdma_device": port["rdma_device"],
                           "address": kept[0] if kept else f"{network[index + 1]}/{network.prefixlen}"})
         out[host] = {"rails": rails, "machine": found[host].get("machine"),
@@ -263,6 +278,12 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
                                           None)}
     subnets_used = [{str(ipaddress.ip_interface(out[h]["rails"][r]["address"]).network) for h, _ in nodes}
                     for r in range(count)]
+    taken = [out[h]["rails"][r]["address"].split("/")[0] for h, _ in nodes for r in range(count)]
+    twice = sorted({a for a in taken if taken.count(a) > 1})
+    if twice:
+        return {"problems": [f"the rails' addresses collide: {', '.join(twice)} on more than one port (an address "
+                             "already on a box is one --rail-subnets would give): choose other --rail-subnets"],
+                "hosts": {}}
     for number, nets in enumerate(subnets_used):
         if len(nets) > 1:
             return {"problems": [f"rail{number}: its ends are on different subnets ({', '.join(sorted(nets))}): the "
@@ -296,7 +317,7 @@ def write_site(site_dir: Path, example: Path, profile_name: str, nodes: list[tup
     written.append(str(main))
     for name, address in nodes:
         found = decided["hosts"][name]
-        mgmt = found["mgmt_address"] or address
+        mgmt = found["mgmt_address"]
         data = {"ansible_host": address, "ansible_user": connection["user"]}
         if connection.get("port", 22) != 22:
             data["ansible_port"] = connection["port"]

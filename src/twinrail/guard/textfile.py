@@ -26,7 +26,9 @@ def journal_of(unit: str) -> str:
     has no invocation for it)."""
     invocation = subprocess.run(["systemctl", "show", "-p", "InvocationID", "--value", unit],
                                 capture_output=True, text=True, check=False).stdout.strip()
-    match = [f"_SYSTEMD_INVOCATION_ID={invocation}"] if invocation else ["-u", unit, "-n", "500"]
+    # the unit's own lines, or (+) systemd's about this invocation ("Main process exited ...")
+    match = ([f"_SYSTEMD_INVOCATION_ID={invocation}", "+", f"INVOCATION_ID={invocation}"] if invocation
+             else ["-u", unit, "-n", "500"])
     return subprocess.run(["journalctl", "--no-pager", "-o", "cat", *match],
                           capture_output=True, text=True, check=False).stdout
 

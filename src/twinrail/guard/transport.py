@@ -44,11 +44,6 @@ FAILURES = tuple(re.compile(pattern) for pattern in (
     r"Failed to accept client connection",
     r"Invalid host address",
     r"Cannot resolve host",
-    r"Failed to allocate input buffer",
-    r"\[\w+\] size: \d+ -> failed",
-    r"cudaMalloc failed",
-    r"failed to allocate .*buffer",
-    r"out of memory",
     r"CUDA error",
     r"GGML_ASSERT",
     r"Segmentation fault",
@@ -65,27 +60,46 @@ FAILURES = tuple(re.compile(pattern) for pattern in (
 ))
 
 
+# An allocation the server refuses fails that client's load, and the server
+# goes on: such a failure stands until a later client connects.
+TRANSIENT = tuple(re.compile(pattern) for pattern in (
+    r"Failed to allocate input buffer",
+    r"\[\w+\] (?:device: \d+, )?size: \d+ -> failed",
+    r"cudaMalloc failed",
+    r"failed to allocate .*buffer",
+    r"out of memory",
+))
+
+
 def parse_log(text: str) -> dict:
     """The server's start banner and, per client connection, whether RDMA
     was probed and activated (device, GID index, MTU); ``failures``: the
     lines since its newest start that show it failing, as printed, and
     ``started``: whether a start banner is in the log."""
     out = {"endpoint": None, "banner": None, "version": None, "started": False, "connections": [],
-           "failures": []}
-    current = None
+           "failures": [], "lines": 0}
+    current, transient = None, []
     for line in text.splitlines():
+        out["lines"] += bool(line.strip())
         if match := _START.search(line):
             # a new start: what failed before it is history (a restart that works)
             out.update(started=True, failures=[], version=match.group("version") or out["version"])
+            transient = []
             out["endpoint"] = match.group("endpoint") or out["endpoint"]
             current = None
         elif any(pattern.search(line) for pattern in FAILURES):
             out["failures"].append(line.strip())
+        elif any(pattern.search(line) for pattern in TRANSIENT):
+            out["failures"].append(line.strip())
+            transient.append(line.strip())
         elif out["banner"] is None and (match := _BANNER.match(line)):
             out["banner"] = match.group("transport")
         elif match := _ENDPOINT.match(line):
             out["endpoint"] = match.group("endpoint")
         elif "Accepted client connection" in line:
+            # a client after a refused allocation: the server went on serving
+            out["failures"] = [f for f in out["failures"] if f not in transient]
+            transient = []
             current = {"rdma": False, "device": None, "gid": None, "mtu": None, "closed": False, "probed": None,
                        "fallback": None}
             out["connections"].append(current)
@@ -110,7 +124,9 @@ def server_problem(log: dict) -> str | None:
     if log["failures"]:
         shown = "; ".join(log["failures"][-3:])
         return f"the RPC server failed: {shown[-400:]}"
-    if not log["started"] and not log["connections"]:
+    if not log["started"] and not log["connections"] and log["lines"]:
+        # lines, none of them a server's: it never started listening (an empty
+        # log says nothing: a long-lived server's may have rotated away)
         return "its log has no start banner ('Starting RPC server ...'): it never started listening"
     return None
 
