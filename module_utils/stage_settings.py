@@ -90,10 +90,10 @@ RULES = {
         (("system_backup_max_age_hours",), at_least(0, float), "0 or more hours"),
         (("system_backup_exclude",), _list_of(lambda p: isinstance(p, str) and re.match("^/.+", p) is not None),
          "a list of absolute paths"),
-        (("system_backup_backend", "system_backup_rear_url"),
-         lambda backend, url: backend != "rear" or (isinstance(url, str)
+        (("system_backup_rear_url", "system_backup_backend"),
+         lambda url, backend: backend != "rear" or (isinstance(url, str)
                                                     and re.match("^(nfs|cifs|usb|file|sshfs)://.+", url) is not None),
-         "with the rear backend, a system_backup_rear_url of nfs://, usb://, file://, cifs:// or sshfs://"),
+         "nfs://, usb://, file://, cifs:// or sshfs:// with the rear backend"),
     ],
     "kernel": [
         (("kernel_tuning_nr_hugepages",), at_least(0), "0 or more"),

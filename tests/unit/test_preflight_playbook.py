@@ -144,7 +144,7 @@ def test_a_missing_runtime_source_is_refused_at_preflight_naming_the_command(tmp
     assert "Gathering Facts" not in out and "Kernel |" not in out
     missing.write_bytes(b"not the sdist")
     proc = run_site(inv, "--tags", "preflight", "-e", f"runtime_build_archive={missing}")
-    assert "has sha256 " in proc.stdout and ", expected 832db0699007" in proc.stdout, proc.stdout[-3000:]
+    assert "has sha256 " in proc.stdout and ", expected the pinned 832db0699007" in proc.stdout, proc.stdout[-3000:]
     assert "Gathering Facts" not in proc.stdout
 
 

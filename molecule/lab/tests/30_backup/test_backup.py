@@ -111,9 +111,11 @@ def test_a_settings_change_calls_for_a_new_backup_and_retention_keeps_two(host):
 
 @pytest.mark.parametrize("extra, message", [
     ({"system_backup_target": "/proc/twinrail"}, "lab-worker1: target /proc/twinrail/lab-worker1 is not writable"),
-    ({"system_backup_retention": 0}, "system_backup_retention and system_backup_cold_retention at least 1"),
+    ({"system_backup_retention": 0},
+     "system_backup_retention: expected at least 1 (a retention of 0 would delete every backup), got 0"),
     ({"system_backup_backend": "rear", "system_backup_rear_url": "/srv/backups"},
-     "system_backup_rear_url nfs://, usb://, file://, cifs:// or sshfs:// (got \"/srv/backups\")"),
+     "system_backup_rear_url: expected nfs://, usb://, file://, cifs:// or sshfs:// with the rear backend, got "
+     "'/srv/backups', system_backup_backend 'rear'"),
 ])
 def test_bad_input_is_refused_and_nothing_is_deleted(host, extra, message):
     name = "lab-worker1"
