@@ -23,6 +23,17 @@ SPARK = yaml.safe_load((REPO / "profiles" / "dgx-spark.yml").read_text())
 SUBNETS = ["198.19.0.0/24", "198.19.1.0/24"]
 
 
+def bare_rails(*hosts: str) -> dict:
+    """The capture with those boxes' rail ports holding no address yet (a
+    fresh box, before the rdma stage)."""
+    found = copy.deepcopy(FOUND)
+    for host in hosts:
+        for entry in found[host]["addresses"]:
+            if entry["ifname"].startswith("ens1"):
+                entry["addr_info"] = []
+    return found
+
+
 def test_the_lab_found_is_the_lab_inventory():
     """The rails init finds on the lab's boxes are inventory/lab's: names,
     interfaces, addresses (kept: the ports hold them already)."""
@@ -37,11 +48,7 @@ def test_the_lab_found_is_the_lab_inventory():
 
 
 def test_ports_without_an_address_get_one_subnet_per_rail():
-    found = copy.deepcopy(FOUND)
-    for box in found.values():
-        for entry in box["addresses"]:
-            if entry["ifname"].startswith("ens1"):
-                entry["addr_info"] = []
+    found = bare_rails(*FOUND)
     decided = site.plan(NODES, found, LAB, ["10.100.0.0/30", "10.100.1.0/30"])
     assert [r["address"] for r in decided["hosts"]["lab-master"]["rails"]] == ["10.100.0.1/30", "10.100.1.1/30"]
     assert [r["address"] for r in decided["hosts"]["lab-worker1"]["rails"]] == ["10.100.0.2/30", "10.100.1.2/30"]
@@ -99,20 +106,13 @@ def test_init_writes_the_site_and_its_vault_and_refuses_to_write_over_it(tmp_pat
 
 
 def test_subnets_too_small_malformed_or_colliding_and_a_host_name_are_refused():
-    found = copy.deepcopy(FOUND)
-    for box in found.values():
-        for entry in box["addresses"]:
-            if entry["ifname"].startswith("ens1"):
-                entry["addr_info"] = []
+    found = bare_rails(*FOUND)
     assert site.plan(NODES, found, LAB, ["10.100.0.0/31", "10.100.1.0/30"])["problems"] == [
         "--rail-subnets: 10.100.0.0/31 holds 0 host addresses, 2 nodes need one each"]
     assert site.plan(NODES, found, LAB, ["10.100.0/24", "10.100.1.0/24"])["problems"][0].startswith(
         "--rail-subnets: expected networks like 192.168.100.0/24, got '10.100.0/24'")
     # lab-worker1 named first (the master) with bare ports: it would be given .1, which lab-master holds
-    half = copy.deepcopy(FOUND)
-    for entry in half["lab-worker1"]["addresses"]:
-        if entry["ifname"].startswith("ens1"):
-            entry["addr_info"] = []
+    half = bare_rails("lab-worker1")
     assert site.plan(NODES[::-1], half, LAB, ["198.19.0.0/24", "198.19.1.0/24"])["problems"][0].startswith(
         "the rails' addresses collide: 198.19.0.1, 198.19.1.1 on more than one port")
     # reached by a name the box does not hold
