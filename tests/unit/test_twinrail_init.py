@@ -92,7 +92,11 @@ def test_init_writes_the_site_and_its_vault_and_refuses_to_write_over_it(tmp_pat
     assert list(hosts["all"]["children"]["cluster"]["children"]["master"]["hosts"]) == ["lab-master"]
     worker = yaml.safe_load((inv / "host_vars" / "lab-worker1.yml").read_text())
     assert worker["twinrail_mgmt_address"] == "198.18.0.11/24" and len(worker["twinrail_rails"]) == 2
-    assert "twinrail_profile: lab" in (inv / "group_vars" / "cluster" / "main.yml").read_text()
+    settings = yaml.safe_load((inv / "group_vars" / "cluster" / "main.yml").read_text())
+    assert settings["twinrail_profile"] == "lab"
+    # the service and SSH open to the management network the boxes were found on
+    assert settings["inference_service_client_networks"] == ["198.18.0.0/24"]
+    assert settings["inference_service_admin_networks"] == ["198.18.0.0/24"]
     vault = (inv / "group_vars" / "cluster" / "vault.yml").read_bytes()
     assert vault.startswith(b"$ANSIBLE_VAULT;1.1;AES256")
     # again: nothing changes without --force

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import secrets as random
 import stat
 from pathlib import Path
@@ -311,6 +312,12 @@ def write_site(site_dir: Path, example: Path, profile_name: str, nodes: list[tup
     put(site_dir / "hosts.yml", "# made by `twinrail init`: the first node is the master\n", hosts)
     settings = (example / "group_vars" / "cluster" / "main.yml").read_text()
     settings = settings.replace("twinrail_profile: dgx-spark", f"twinrail_profile: {profile_name}", 1)
+    # who may reach the service and SSH: the management network the boxes
+    # were found on (the controller reached them there), not the example's
+    managed = sorted({str(ipaddress.ip_interface(decided["hosts"][name]["mgmt_address"]).network)
+                      for name, _ in nodes})
+    for key in ("inference_service_client_networks", "inference_service_admin_networks"):
+        settings = re.sub(rf"^{key}: .*$", f"{key}: [{', '.join(managed)}]", settings, count=1, flags=re.M)
     main = site_dir / "group_vars" / "cluster" / "main.yml"
     main.write_text("# made by `twinrail init` from inventory/example's settings: set the model, its weights\n"
                     "# and the networks below for this site, then run site.yml.\n" + settings)
