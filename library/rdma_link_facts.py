@@ -87,7 +87,7 @@ import platform
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state
+from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state, said
 
 
 def devinfo_problem(rc: int, out: str, err: str, state: dict) -> str | None:
@@ -95,8 +95,7 @@ def devinfo_problem(rc: int, out: str, err: str, state: dict) -> str | None:
     when the tool failed or did not list the port."""
     device, number = state["rdma_device"], state["port"]["port"]
     if rc != 0:
-        said = " / ".join(line.strip() for line in (err or out).splitlines() if line.strip())[-300:]
-        return f"ibv_devinfo -d {device} exited {rc}: {said or 'it printed nothing'}"
+        return f"ibv_devinfo -d {device} exited {rc}: {said(err or out)}"
     try:
         info = parse_ibv_devinfo(out).get(device)
     except ParseError as exc:

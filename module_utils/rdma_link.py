@@ -80,11 +80,11 @@ def parse_ibv_devinfo(text: str) -> dict:
         elif value:
             target[key] = value
     if not devices:
-        raise ParseError(f"no 'hca_id:' line: ibv_devinfo listed no device: {_said(text)}")
+        raise ParseError(f"no 'hca_id:' line: ibv_devinfo listed no device: {said(text)}")
     return devices
 
 
-def _said(text: str, limit: int = 300) -> str:
+def said(text: str, limit: int = 300) -> str:
     """What a tool printed, on one line, for a message that quotes it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return " / ".join(lines)[-limit:] or "it printed nothing"
@@ -120,7 +120,7 @@ def parse_ibstat(text: str) -> dict:
         else:
             target[key] = value
     if not cas:
-        raise ParseError(f"no \"CA '...'\" line: ibstat listed no device: {_said(text)}")
+        raise ParseError(f"no \"CA '...'\" line: ibstat listed no device: {said(text)}")
     return cas
 
 
