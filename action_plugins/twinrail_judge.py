@@ -23,22 +23,20 @@ import importlib.util
 import json
 import sys
 
-import ansible.module_utils
-from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader
 
+from twinrail.loader import install
+
 
 def judge_module(name: str):
     """The library module `name`, imported here with its module_utils as the node would see them."""
     key = f"_twinrail_judge_{name}"
     if key not in sys.modules:
-        for path in C.config.get_config_value("DEFAULT_MODULE_UTILS_PATH"):
-            if path not in ansible.module_utils.__path__:
-                ansible.module_utils.__path__.append(path)
+        install()
         path = module_loader.find_plugin(name)
         if not path:
             raise AnsibleActionFail(f"twinrail_judge: no module named {name} in the library path")

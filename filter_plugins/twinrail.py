@@ -7,10 +7,10 @@ tests/unit/test_filters.py."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
-from pathlib import Path
+
+from twinrail.loader import module_utils
 
 DOCUMENTATION = r"""
 name: twinrail
@@ -177,7 +177,7 @@ def rails_routed_directly(routes: list[dict], rails: list[dict], loop_var: str) 
     for result in routes:
         item = result[loop_var]
         mine = _rail(rails, item["name"])
-        if result.get("rc") == 0 and _module_utils("rdma_link").route_dev(result.get("stdout")) == mine["interface"]:
+        if result.get("rc") == 0 and module_utils("rdma_link").route_dev(result.get("stdout")) == mine["interface"]:
             direct.append(item)
     return direct
 
@@ -292,19 +292,10 @@ def api_key_digests(keys: list[dict]) -> dict:
                      for entry in sorted(keys, key=lambda e: e["name"])]}
 
 
-def _module_utils(name: str):
-    """One of the repository's module_utils, for the controller's side."""
-    path = Path(__file__).resolve().parent.parent / "module_utils" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_twinrail_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def tensor_split(master: str, workers: list[str], rails: dict, port, layers, master_gpu) -> dict:
     """The split of the layers the memory plan assumes: the --rpc list,
     -ngl and --tensor-split (module_utils/tensor_split.py)."""
-    return _module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
+    return module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
                                                      str(master_gpu).lower() in ("true", "1", "yes"))
 
 
@@ -426,13 +417,13 @@ def weights_controller_bytes(sets: list[dict]) -> int:
 
 def setting_names(stage: str) -> list[str]:
     """The settings a stage's rules read (module_utils/stage_settings.py)."""
-    return _module_utils("stage_settings").names(stage)
+    return module_utils("stage_settings").names(stage)
 
 
 def setting_problems(stage: str, values: dict) -> list[str]:
     """Only the stage's settings that break their rule, each with its value
     and the form expected (module_utils/stage_settings.py)."""
-    return _module_utils("stage_settings").problems(stage, values)
+    return module_utils("stage_settings").problems(stage, values)
 
 
 class FilterModule:  # pylint: disable=too-few-public-methods

@@ -183,12 +183,8 @@ import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
-    from ansible.module_utils.acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
-except ImportError:  # the unit tests import module_utils directly
-    from acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
-    from acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
+from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
+from ansible.module_utils.acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
 
 WORDS = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "iris", "juniper",
          "kelp", "lagoon", "meadow", "nickel", "orchid", "pylon", "quartz", "river", "saffron", "tundra")

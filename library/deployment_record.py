@@ -106,14 +106,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.gpu_facts import ParseError, parse_table
-    from ansible.module_utils.weights_sums import sha256_file
-except ImportError:  # the unit tests run it with module_utils on the path
-    # (after it: library/ holds a module of the same name, gpu_facts)
-    sys.path = [d for d in sys.path if os.path.abspath(d or ".") != os.path.dirname(os.path.abspath(__file__))]
-    from gpu_facts import ParseError, parse_table
-    from weights_sums import sha256_file
+from ansible.module_utils.gpu_facts import ParseError, parse_table
+from ansible.module_utils.weights_sums import sha256_file
 
 
 def read_json(path):

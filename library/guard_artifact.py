@@ -65,10 +65,7 @@ members:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-try:
-    from ansible.module_utils.guard_zipapp import build
-except ImportError:  # the unit tests run it with module_utils on the path
-    from guard_zipapp import build
+from ansible.module_utils.guard_zipapp import build
 
 
 def main() -> None:

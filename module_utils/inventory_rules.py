@@ -17,10 +17,7 @@ import difflib
 import ipaddress
 import re
 
-try:  # as Ansible ships module_utils, and as the unit tests import them
-    from ansible.module_utils.memory_plan import KV_TYPES
-except ImportError:  # pragma: no cover
-    from memory_plan import KV_TYPES
+from ansible.module_utils.memory_plan import KV_TYPES
 
 MAX_WORKERS = 7
 # Ethernet rails: 1280 (the IPv6 minimum) to 9216 (the largest jumbo frame

@@ -1,7 +1,7 @@
 """Shared helpers for twinrail's unit tests.
 
-module_utils/ and library/ are imported as plain modules (as Ansible's
-module loader would import them), and inventories are read with Ansible's
+library/ is imported as plain modules, module_utils/ as Ansible ships it
+(twinrail.loader), and inventories are read with Ansible's
 own InventoryManager, so the tests see variables exactly as a play does.
 """
 
@@ -17,18 +17,19 @@ REPO = Path(__file__).resolve().parent.parent
 # the ansible-* commands of the Python running the tests, as `make` arranges
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 FIXTURES = REPO / "tests" / "fixtures"
-for sub in ("tools", "library", "module_utils"):
+for sub in ("tools", "library"):
     path = str(REPO / sub)
     if path not in sys.path:
         sys.path.insert(0, path)
 
-# Modules import their helpers as ansible.module_utils.<name>, as Ansible
-# ships them; alias the plain modules under that name for the tests.
-import ansible.module_utils  # noqa: E402  pylint: disable=wrong-import-position
+# Helpers are imported as a module on a node imports them
+# (ansible.module_utils.<name>, through twinrail.loader, the one way the
+# controller reaches them); the tests' plain `import perftest` gets the
+# same module object.
+from twinrail.loader import MODULE_UTILS, module_utils  # noqa: E402  pylint: disable=wrong-import-position
 
-for _file in sorted((REPO / "module_utils").glob("*.py")):
-    _name = _file.stem
-    sys.modules.setdefault(f"ansible.module_utils.{_name}", __import__(_name))
+for _file in sorted(MODULE_UTILS.glob("*.py")):
+    sys.modules.setdefault(_file.stem, module_utils(_file.stem))
 
 
 _LOADER_READY: list = []

@@ -30,11 +30,14 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "module_utils"))
+from twinrail.loader import install
 
-from rsync_streams import parse_stats, plan_streams, rsync_argv  # noqa: E402
-from weights_sums import parse_sha256sums, verify  # noqa: E402
+install()
+
+REPO = Path(__file__).resolve().parent.parent
+
+from ansible.module_utils.rsync_streams import parse_stats, plan_streams, rsync_argv  # noqa: E402
+from ansible.module_utils.weights_sums import parse_sha256sums, verify  # noqa: E402
 
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 SETS = ("smollm2-135m-instruct", "gemma3-270m-q4-k-m", "synthetic-shards")

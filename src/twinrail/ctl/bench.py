@@ -7,20 +7,14 @@ running Ansible."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
-from .status import REPO
+from ..loader import module_utils
 
 
 def _latency():
-    sys.path.insert(0, str(REPO / "module_utils"))
-    try:
-        import acceptance_latency  # pylint: disable=import-outside-toplevel,import-error
-    finally:
-        sys.path.pop(0)
-    return acceptance_latency
+    return module_utils("acceptance_latency")
 
 
 def one(client, model: str, tokens: int) -> dict:
