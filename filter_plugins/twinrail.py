@@ -10,6 +10,8 @@ import hashlib
 import os
 import re
 
+from ansible.errors import AnsibleFilterError
+
 from twinrail.loader import module_utils
 
 DOCUMENTATION = r"""
@@ -286,6 +288,28 @@ def api_key_problems(keys) -> list[str]:
     return problems
 
 
+MEASURED_STAGES = ("bandwidth", "acceptance", "weights", "backup")
+
+
+def measure_mode(value, stage: str) -> str:
+    """What twinrail_measure asks of `stage`'s costly measurement: 'always'
+    when it is `always` or a list naming the stage, else 'auto' (the stage
+    decides from the state it depends on). A list is a YAML list or a string
+    of comma-separated names (-e twinrail_measure=bandwidth,weights)."""
+    if stage not in MEASURED_STAGES:
+        raise AnsibleFilterError(f"twinrail_measure: no measured stage {stage!r}; "
+                                 f"expected one of {', '.join(MEASURED_STAGES)}")
+    if value in (None, "", "auto"):
+        return "auto"
+    if value == "always":
+        return "always"
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in MEASURED_STAGES for n in names):
+        raise AnsibleFilterError(f"twinrail_measure: expected auto, always, or a list of the stages to measure "
+                                 f"whatever their state ({', '.join(MEASURED_STAGES)}), got {value!r}")
+    return "always" if stage in names else "auto"
+
+
 def api_key_digests(keys: list[dict]) -> dict:
     """What the guard reads: each key's name and SHA-256 digest, by name."""
     return {"keys": [{"name": entry["name"], "sha256": hashlib.sha256(entry["key"].encode()).hexdigest()}
@@ -379,12 +403,9 @@ def units_restarted(before: str, after: str) -> list[str]:
 
 def weights_controller_sources(sets: list[dict]) -> dict:
     """"SET: its controller source" -> every file under the source's path
-    (relative name, size, mtime and ctime in ns), for the weights stage's
-    stamp: a file replaced, grown or written in place (its ctime moves even
-    when the old mtime is put back) changes it; nothing is read. Sets from
-    the master or a URL are left out (the master's source is part of the
-    stamp's state on the master; a URL source's settings are its inputs). A
-    path that is not there lists as None."""
+    (relative name, size, mtime and ctime in ns), what preflight's disk
+    check counts (weights_controller_bytes); nothing is read. Sets from the
+    master or a URL are left out. A path that is not there lists as None."""
     out = {}
     for item in sets or []:
         if item.get("source") != "controller":
@@ -432,6 +453,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
     def filters(self):
         return {
             "twinrail_bandwidth_plan": bandwidth_plan,
+            "twinrail_measure": measure_mode,
             "twinrail_bandwidth_rails": bandwidth_rails,
             "twinrail_bandwidth_clients": bandwidth_clients,
             "twinrail_bandwidth_aggregates": bandwidth_aggregates,

@@ -8,6 +8,7 @@ own InventoryManager, so the tests see variables exactly as a play does.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,3 +65,13 @@ def load_inventory(path: Path) -> tuple[dict, dict]:
 @pytest.fixture(name="repo")
 def fixture_repo() -> Path:
     return REPO
+
+
+def module_process(module: Path, args_file: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A library module run in a process of its own, as Ansible runs it on a
+    node: its helpers under ansible.module_utils (twinrail.loader), its
+    arguments from a file, its JSON result on stdout."""
+    boot = ("import runpy, sys; from twinrail.loader import install; install(); "
+            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", boot, str(module), str(args_file)], capture_output=True, text=True,
+                          check=False, env=env)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import module_process
+
 MODULE = Path(__file__).resolve().parents[2] / "library" / "deployment_record.py"
 
 
@@ -19,9 +21,7 @@ def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
             "interfaces": [], "packages": [], "_ansible_check_mode": check_mode, **extra}
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(MODULE.parents[1] / "module_utils"))
-    out = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True, check=False,
-                         env=env)
+    out = module_process(MODULE, path)
     return json.loads(out.stdout)
 
 

@@ -36,7 +36,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
             "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes",
-            "twinrail_setting_names", "twinrail_setting_problems"}
+            "twinrail_setting_names", "twinrail_setting_problems", "twinrail_measure"}
 
 
 def test_the_settings_filters_name_only_the_broken_rules():
@@ -422,3 +422,19 @@ def test_the_disk_gate_counts_the_controller_sources_files_only(tmp_path):
             {"model": "m3", "revision": "r3", "source": "controller", "path": str(tmp_path / "absent")}]
     assert filters.weights_controller_bytes(sets) == 4096 + 22
     assert filters.weights_controller_bytes([]) == 0
+
+
+@pytest.mark.parametrize("value, stage, mode", [
+    (None, "bandwidth", "auto"), ("auto", "weights", "auto"), ("always", "backup", "always"),
+    ("bandwidth,weights", "weights", "always"), ("bandwidth,weights", "acceptance", "auto"),
+    (["acceptance"], "acceptance", "always"), ([], "bandwidth", "auto")])
+def test_twinrail_measure_forces_the_stages_it_names(value, stage, mode):
+    assert filters.measure_mode(value, stage) == mode
+
+
+@pytest.mark.parametrize("value", ["yes", "bandwidth,kernel", ["weights", 3], True])
+def test_twinrail_measure_of_the_wrong_form_is_refused_with_the_expected_form(value):
+    with pytest.raises(filters.AnsibleFilterError) as err:
+        filters.measure_mode(value, "weights")
+    assert str(err.value).startswith("twinrail_measure: expected auto, always, or a list of the stages") \
+        and repr(value) in str(err.value)

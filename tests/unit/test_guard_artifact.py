@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from conftest import module_process
+
 import pytest
 
 import guard_zipapp as artifact
@@ -82,9 +84,7 @@ def run_module(tmp_path: Path, check_mode: bool = False, source: Path = SRC) -> 
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"source": str(source), "cache": str(tmp_path / "cache"),
                                                         "_ansible_check_mode": check_mode}}))
-    env = {"PYTHONPATH": str(REPO / "module_utils"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, str(MODULE), str(args)], capture_output=True, text=True, check=False,
-                         env=env)
+    out = module_process(MODULE, args, env={"PATH": "/usr/bin:/bin"})
     return json.loads(out.stdout)
 
 

@@ -1,10 +1,14 @@
-"""Re-runs on the converged, serving lab leave it alone: site.yml again
-(with the converge's arguments) reports changed=0, says which bandwidth
-baseline and which acceptance verdict still hold and that the weights
-stage had nothing to do, and sends no measurement over the rails (their
-byte counters, read on both nodes before and after, barely move); a changed
-gate setting measures again and says why. Runs once, from the controller,
-side by side with the check-mode run (conftest.py's check_mode_run)."""
+"""Re-runs on the converged, serving lab. site.yml again (with the
+converge's arguments) is the idempotence test: every stage's tasks run on
+every node and report changed=0, no unit of the service restarts, the run
+says which bandwidth baseline and acceptance verdict still hold and that
+the verification cache vouched for every weight file, and it sends no
+measurement over the rails (their byte counters, read on both nodes before
+and after, barely move). A changed gate setting measures again and says
+why. The drift drill: a package, a unit file and a rail's route removed by
+hand on the worker are put back by the next plain run, which says so. The
+no-op runs side by side with the check-mode run (conftest.py's
+check_mode_run)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lab_client import LAB2, changed_by_host, inventory_playbook, scenario_tags
+from lab_client import LAB2, changed_by_host, inventory_playbook, node, scenario_tags
 
 testinfra_hosts = ["ansible://master"]
 
@@ -24,6 +28,25 @@ RAILS = ("ens1f0np0", "ens1f1np1")
 # a guard probing its agents and the rdma stage's pings move kilobytes; one
 # perftest or iperf3 run (5 s at the lab's >= 5 Gb/s) moves gigabytes
 QUIET_BYTES = 32 * 1024 * 1024
+# one task of each stage's work that only a run of the whole stage reaches:
+# each must report ok (it ran and changed nothing) on the nodes named
+WORK = {
+    "system_backup : Install the cold-archive units": NODES,
+    "kernel_tuning : Render the kernel-wide sysctl drop-in": NODES,
+    "rdma_network : Install the RDMA stack and the gate tools": NODES,
+    "rdma_network : Write the rails' networkd files": NODES,
+    "runtime_build : Point current at the build": NODES,
+    "weights_sync : Verify every copy against the manifest": NODES,
+    "inference_service : Install the units": NODES,
+    "inference_service : Configure the proxy": ["lab-master"],
+    "monitoring : Install the dashboard": ["lab-master"],
+    "monitoring : Write node_exporter's settings": NODES,
+}
+# the units a no-op must leave running as they were (their main PIDs)
+UNITS = {"lab-master": ["twinrail-llama.service", "twinrail-guard.service", "nginx.service", "prometheus.service",
+                        "prometheus-node-exporter.service"],
+         "lab-worker1": ["twinrail-rpc@198.19.0.2.service", "twinrail-rpc@198.19.1.2.service",
+                         "twinrail-agent.service", "prometheus-node-exporter.service"]}
 
 
 def playbook(*argv: str) -> subprocess.CompletedProcess:
@@ -44,10 +67,29 @@ def rail_bytes() -> dict:
     return out
 
 
-def test_a_noop_rerun_changes_nothing_and_measures_nothing(check_mode_run):
+def main_pids() -> dict:
+    """MainPID of every unit in UNITS."""
+    return {(name, unit): node(NODES[name], "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+            for name, units in UNITS.items() for unit in units}
+
+
+def task_results(out: str, task: str) -> dict:
+    """{host: ok|changed|skipping|failed} of the first run of TASK in a
+    playbook's output; a loop's host is changed if any item changed."""
+    block = out.split(f"TASK [{task}]", 1)
+    assert len(block) == 2, f"no task {task!r} in the run"
+    block = block[1].split("\nTASK [", 1)[0]
+    rank = ["skipping", "ok", "changed", "failed", "fatal"]
+    results: dict = {}
+    for status, host in re.findall(r"^(ok|changed|skipping|failed|fatal): \[([^\]]+)\]", block, re.M):
+        results[host] = max(results.get(host, status), status, key=rank.index)
+    return results
+
+
+def test_a_noop_rerun_runs_every_task_changes_nothing_and_measures_nothing(check_mode_run):
     # check_mode_run: the lab pass's `--check --diff` run, started now beside
     # this one (tests/01_check_mode asserts it); neither may measure
-    before = rail_bytes()
+    before, pids = rail_bytes(), main_pids()
     proc = playbook()
     after = rail_bytes()
     out = proc.stdout + proc.stderr
@@ -57,10 +99,16 @@ def test_a_noop_rerun_changes_nothing_and_measures_nothing(check_mode_run):
     said = re.findall(r'"msg": "(bandwidth: [^"]*)"', out)
     assert len(said) == 1 and re.match(r"bandwidth: baseline of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid", said[0]), said
     assert re.search(r"acceptance: verdict of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid \(PASS;", out), out[-3000:]
-    # the weights stage's stamp held on both nodes: no copy read, nothing sent
-    weights = re.findall(r'"msg": "weights: ([^:"]*): ([^"]*)"', out)
-    assert sorted(h for h, _ in weights) == sorted(NODES) and all(
-        m.startswith("nothing changed since ") for _, m in weights), weights
+    # every stage's work ran on its nodes, and changed nothing
+    for task, hosts in WORK.items():
+        ran = task_results(out, task)
+        assert all(ran.get(h) == "ok" for h in hosts), f"{task}: {ran}"
+    # no unit restarted
+    assert main_pids() == pids, (pids, main_pids())
+    # every copy of every set verified, every file vouched for by the cache
+    weights = re.findall(r'"msg": "weights: ([^:"]*): ([^:"]*): (\d+) files verified, (\d+) read again', out)
+    assert sorted({h for h, *_ in weights}) == sorted(NODES) and all(
+        int(n) > 0 and read == "0" for _, _, n, read in weights), weights
     moved = {key: after[key] - before[key] for key in before}
     assert all(m < QUIET_BYTES for m in moved.values()), f"measurement traffic on the rails: {moved}"
     print(f"no-op site.yml: rail bytes moved {moved}")
@@ -92,3 +140,37 @@ def test_a_changed_gate_setting_measures_again_and_says_why(tmp_path, check_mode
     measured = json.loads((tmp_path / "latest" / "bandwidth.json").read_text())
     assert measured["passed"] and measured["settings"]["repeats"] == 1
     assert set(measured["fingerprint"]) == set(NODES)
+
+
+def test_drift_on_a_worker_is_repaired_by_the_next_plain_run(check_mode_run):
+    """A package, a unit file and a rail's route removed by hand on the
+    worker, as an administrator might: the next plain site.yml puts all
+    three back and says what it changed, on the worker alone."""
+    check_mode_run.result()
+    worker = NODES["lab-worker1"]
+    timer = "/etc/systemd/system/twinrail-cold-archive.timer"
+    route = ["198.19.0.0/24", "dev", RAILS[0], "table", "101"]
+    node(worker, "apt-get", "remove", "-y", "-q", "perftest")
+    node(worker, "rm", timer)
+    node(worker, "systemctl", "daemon-reload")
+    node(worker, "ip", "route", "del", *route)
+    assert node(worker, "sh", "-c", "command -v ib_write_bw", check=False).returncode != 0
+    assert node(worker, "systemctl", "is-active", "twinrail-cold-archive.timer", check=False).stdout.strip() != "active"
+    assert node(worker, "ip", "route", "show", "table", "101").stdout.strip() == ""
+    proc = playbook()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    # it said what it changed, there and only there
+    assert task_results(out, "rdma_network : Install the RDMA stack and the gate tools") == {
+        "lab-master": "ok", "lab-worker1": "changed"}
+    assert task_results(out, "system_backup : Install the cold-archive units") == {
+        "lab-master": "ok", "lab-worker1": "changed"}
+    assert task_results(out, "rdma_network : Reconfigure the rails that drifted from their files") == {
+        "lab-master": "skipping", "lab-worker1": "changed"}
+    recap = changed_by_host(proc.stdout)
+    assert recap["lab-master"] == 0 and recap["lab-worker1"] > 0, recap
+    # and all three are back
+    assert node(worker, "sh", "-c", "command -v ib_write_bw", check=False).returncode == 0
+    assert node(worker, "systemctl", "is-active", "twinrail-cold-archive.timer", check=False).stdout.strip() == "active"
+    assert "198.19.0.0/24 dev ens1f0np0" in node(worker, "ip", "route", "show", "table", "101").stdout
+    print(f"drift drill: repaired by one plain site.yml; changed {recap}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -75,22 +76,24 @@ def rx_bytes(container: str, interface: str) -> int:
 
 
 def test_a_rerun_moves_and_reads_nothing(host):
-    # the stage's stamp holds on both nodes (the size, mtime and ctime of
-    # every file of every copy, every controller source's files, the
-    # settings): it neither sends nor verifies, and says so
+    # the stage runs whole: every copy is verified, and the verification
+    # cache vouches for every file (size, mtime and inode as hashed); no
+    # transfer starts, no byte is read, and the run says so
     rc, data = run_stage(host)
     assert rc == 0, json.dumps(data)[-3000:]
     assert changed_hosts(data) == {}
-    said = {h: r.get("msg", "") for h, r in results(data, "Say whether the stage syncs and verifies, or has nothing "
-                                                          "to do")}
-    assert set(said) == {"lab-master", "lab-worker1"} and all(
-        m.startswith(f"weights: {h}: nothing changed since ") for h, m in said.items()), said
-    ran = [name for name in ("Start the rsync streams from the master over the rails",
-                             "Start the rsync streams from the controller", "Verify the master's copy",
-                             "Verify the worker's copy", "Verify every copy against the manifest",
-                             "Verify the source against its manifest (cached)")
-           for _h, r in results(data, name) if not r.get("skipped")]
-    assert ran == [], ran
+    said = [(h, r.get("msg", "")) for h, r in results(data, "Say what the verification read")]
+    assert {h for h, _ in said} == {"lab-master", "lab-worker1"} and len(said) == 2 * 3 and all(
+        re.match(rf"weights: {h}: [^:]+: [1-9]\d* files verified, 0 read again", m) for h, m in said), said
+    verified = [r for name in ("Verify the master's copy", "Verify the worker's copy",
+                               "Verify every copy against the manifest",
+                               "Verify the source against its manifest (cached)")
+                for _h, r in results(data, name) if not r.get("skipped")]
+    assert len(verified) >= 2 * 3 and all(r["hashed_bytes"] == 0 for r in verified), verified
+    started = [name for name in ("Start the rsync streams from the master over the rails",
+                                 "Start the rsync streams from the controller")
+               for _h, r in results(data, name) if not r.get("skipped")]
+    assert started == [], started
 
 
 def test_a_changed_byte_on_the_worker_is_found_and_only_that_file_goes_again(host):
@@ -118,8 +121,8 @@ os.utime({path!r}, ns=(st.st_atime_ns, st.st_mtime_ns))
                for s in done[0]["streams"])
     rails = rx_bytes(WORKER, "ens1f0np0") + rx_bytes(WORKER, "ens1f1np1") - rails_before
     assert rails >= size
-    # the stamp no longer held, so every copy was verified: through the
-    # verification cache, which read only the changed file, on the worker
+    # every copy was verified: through the verification cache, which read
+    # only the changed file, on the worker
     verified = [(h, r) for name in ("Verify the master's copy", "Verify the worker's copy",
                                     "Verify every copy against the manifest")
                 for h, r in results(data, name) if not r.get("skipped")]

@@ -204,11 +204,10 @@ def test_the_quick_start_writes_the_lab_and_its_key_streams_while_a_removed_key_
         print(f"the quick start's key streamed: {text!r}")
         # the guard read the new digests itself: nothing restarted
         assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").stdout == pid
-        # the key given back: the stamp the run before left holds (the keys
-        # are not among its inputs), so only the keys' file is written
+        # the key given back: the stage runs whole and only the keys' file
+        # is written
         out = service_run()
         restored = True
-        assert "service: lab-master: nothing changed since " in out, out[-3000:]
         changed = [line for line in out.splitlines() if line.startswith("changed: ")]
         recap = changed_by_host(out)
         assert (recap["lab-master"], recap["lab-worker1"]) == (1, 0) and len(changed) == 1, (recap, changed)
