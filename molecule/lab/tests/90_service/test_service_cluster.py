@@ -10,9 +10,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from twinrail.loader import module_utils
 
 testinfra_hosts = ["ansible://master"]
 
@@ -70,8 +71,8 @@ def test_the_worker_holds_its_share_of_the_model(host):
 def _split() -> tuple[list[str], dict]:
     """llama-server's command line and its loader's buffers per node, from
     the journal of the unit's current start (module_utils/tensor_split.py)."""
-    sys.path.insert(0, str(PROJECT / "module_utils"))
-    from tensor_split import measured_shares, parse_buffers  # pylint: disable=import-outside-toplevel
+    tensor_split = module_utils("tensor_split")
+    measured_shares, parse_buffers = tensor_split.measured_shares, tensor_split.parse_buffers
     argv = node(MASTER, "ps", "-C", "llama-server", "-o", "args=").stdout.split()
     invocation = node(MASTER, "systemctl", "show", "-p", "InvocationID", "--value",
                       "twinrail-llama.service").stdout.strip()
