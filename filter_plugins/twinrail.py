@@ -310,6 +310,13 @@ def measure_mode(value, stage: str) -> str:
     return "always" if stage in names else "auto"
 
 
+def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
+    """Whether a stage's apt run has work on a node: one of its packages is
+    not among those preflight read there this run. With no list read (a
+    stage run alone, --tags), apt decides."""
+    return bool(wanted) and (installed is None or not set(wanted) <= set(installed))
+
+
 def api_key_digests(keys: list[dict]) -> dict:
     """What the guard reads: each key's name and SHA-256 digest, by name."""
     return {"keys": [{"name": entry["name"], "sha256": hashlib.sha256(entry["key"].encode()).hexdigest()}
@@ -454,6 +461,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
         return {
             "twinrail_bandwidth_plan": bandwidth_plan,
             "twinrail_measure": measure_mode,
+            "twinrail_packages_missing": packages_missing,
             "twinrail_bandwidth_rails": bandwidth_rails,
             "twinrail_bandwidth_clients": bandwidth_clients,
             "twinrail_bandwidth_aggregates": bandwidth_aggregates,

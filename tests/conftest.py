@@ -7,6 +7,7 @@ own InventoryManager, so the tests see variables exactly as a play does.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,11 +68,14 @@ def fixture_repo() -> Path:
     return REPO
 
 
-def module_process(module: Path, args_file: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def module_process(module: Path, args: dict, workdir: Path, env: dict | None = None) -> dict:
     """A library module run in a process of its own, as Ansible runs it on a
     node: its helpers under ansible.module_utils (twinrail.loader), its
-    arguments from a file, its JSON result on stdout."""
+    arguments from a file in workdir; its JSON result."""
+    args_file = workdir / f"{module.stem}-args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     boot = ("import runpy, sys; from twinrail.loader import install; install(); "
             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    return subprocess.run([sys.executable, "-c", boot, str(module), str(args_file)], capture_output=True, text=True,
-                          check=False, env=env)
+    out = subprocess.run([sys.executable, "-c", boot, str(module), str(args_file)], capture_output=True, text=True,
+                         check=False, env=env)
+    return json.loads(out.stdout)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from conftest import module_process
@@ -19,10 +17,7 @@ def run(tmp_path: Path, check_mode: bool = False, **extra) -> dict:
     args = {"host": "node1", "dir": str(tmp_path / "records"), "runtime_root": str(tmp_path / "runtime"),
             "guard_root": str(tmp_path / "guard"), "weights_root": str(tmp_path / "models"), "config_root": str(tmp_path / "service"),
             "interfaces": [], "packages": [], "_ansible_check_mode": check_mode, **extra}
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    out = module_process(MODULE, path)
-    return json.loads(out.stdout)
+    return module_process(MODULE, args, tmp_path)
 
 
 def deploy(tmp_path: Path, release: str, config: str, guard: str = "0.1.0-aaaa") -> None:

@@ -36,7 +36,8 @@ def test_the_ansible_plugin_loader_finds_every_filter():
         "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
             "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
             "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes",
-            "twinrail_setting_names", "twinrail_setting_problems", "twinrail_measure"}
+            "twinrail_setting_names", "twinrail_setting_problems", "twinrail_measure",
+            "twinrail_packages_missing"}
 
 
 def test_the_settings_filters_name_only_the_broken_rules():
@@ -438,3 +439,12 @@ def test_twinrail_measure_of_the_wrong_form_is_refused_with_the_expected_form(va
         filters.measure_mode(value, "weights")
     assert str(err.value).startswith("twinrail_measure: expected auto, always, or a list of the stages") \
         and repr(value) in str(err.value)
+
+
+@pytest.mark.parametrize("wanted, installed, missing", [
+    (["perftest", "rdma-core"], ["rdma-core", "perftest", "tar"], False),
+    (["perftest", "rdma-core"], ["rdma-core", "tar"], True),  # removed by hand: apt puts it back
+    (["perftest"], None, True),  # no list read this run (--tags): apt decides
+    ([], None, False), ([], ["tar"], False)])  # nothing this node needs
+def test_apt_runs_only_where_a_package_is_missing(wanted, installed, missing):
+    assert filters.packages_missing(wanted, installed) is missing

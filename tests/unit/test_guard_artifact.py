@@ -81,11 +81,8 @@ MODULE = REPO / "library" / "guard_artifact.py"
 
 
 def run_module(tmp_path: Path, check_mode: bool = False, source: Path = SRC) -> dict:
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"source": str(source), "cache": str(tmp_path / "cache"),
-                                                        "_ansible_check_mode": check_mode}}))
-    out = module_process(MODULE, args, env={"PATH": "/usr/bin:/bin"})
-    return json.loads(out.stdout)
+    return module_process(MODULE, {"source": str(source), "cache": str(tmp_path / "cache"),
+                                   "_ansible_check_mode": check_mode}, tmp_path, env={"PATH": "/usr/bin:/bin"})
 
 
 def test_the_module_writes_the_release_once_and_nothing_in_check_mode(tmp_path):

@@ -193,10 +193,10 @@ def inventory_playbook(inventory: Path, name: str, *argv: str, label: str | None
     return proc, took
 
 
-def unit_pids(container: str) -> dict:
-    """A worker's agent and RPC servers: {unit: MainPID}."""
-    out = node(container, "systemctl", "show", "--property=Id,MainPID", "twinrail-agent.service",
-               "twinrail-rpc@*.service").stdout
+def unit_pids(container: str, units: tuple = ("twinrail-agent.service", "twinrail-rpc@*.service")) -> dict:
+    """{unit: MainPID} of the units named (patterns too): by default a
+    worker's agent and RPC servers."""
+    out = node(container, "systemctl", "show", "--property=Id,MainPID", *units).stdout
     blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line) for block in out.split("\n\n")]
     return {b["Id"]: int(b["MainPID"]) for b in blocks if b.get("Id")}
 
