@@ -323,11 +323,26 @@ def api_key_digests(keys: list[dict]) -> dict:
                      for entry in sorted(keys, key=lambda e: e["name"])]}
 
 
-def tensor_split(master: str, workers: list[str], rails: dict, port, layers, master_gpu) -> dict:
+def host_values(hosts: list[str], hostvars, name: str) -> dict:
+    """Each host's ``name`` from hostvars, None where it sets none (Jinja's
+    map(attribute=..., default=...) raises on a host's missing variable)."""
+    out = {}
+    for host in hosts:
+        values = hostvars[host]
+        out[host] = values[name] if name in values else None
+    return out
+
+
+def tensor_split(master: str, workers: list[str], rails: dict, port, layers, master_gpu,
+                 gpus: dict | None = None) -> dict:
     """The split of the layers the memory plan assumes: the --rpc list,
-    -ngl and --tensor-split (module_utils/tensor_split.py)."""
-    return module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
-                                                     str(master_gpu).lower() in ("true", "1", "yes"))
+    -ngl and --tensor-split, with ``gpus`` (host -> twinrail_gpu_count) one
+    device per GPU of a node with several (module_utils/tensor_split.py)."""
+    try:
+        return module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
+                                                         str(master_gpu).lower() in ("true", "1", "yes"), gpus)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"service: {exc}") from None
 
 
 # What only the master's units read: the cluster's members (the --rpc list,
@@ -477,6 +492,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_api_key_digests": api_key_digests,
             "twinrail_transport_problems": transport_problems,
             "twinrail_tensor_split": tensor_split,
+            "twinrail_host_values": host_values,
             "twinrail_service_restarts": service_restarts,
             "twinrail_scale_change": scale_change,
             "twinrail_unit_pids": unit_pids,

@@ -13,6 +13,10 @@ description:
     CUDA versions) and returns the versions and, per GPU, its name, bus id,
     persistence mode, memory (none where it is unified with the CPU's, as
     on GB10, where the memory figures come from /proc/meminfo) and use.
+  - Also runs C(nvidia-smi -q) and returns it read as C(gpu.detail), per
+    GPU its MIG mode, framebuffer memory and PCIe link (the generation the
+    link can reach against the card's own, the width it trained at against
+    the card's widest), for the per-GPU gates.
   - Returns C(gpu) none when nvidia-smi is not installed. Reads only.
 version_added: "0.1.0"
 author: twinrail developers
@@ -35,14 +39,14 @@ EXAMPLES = r"""
 RETURN = r"""
 gpu:
   description: >-
-    The driver_version, cuda_version, nvidia_smi and gpus (index, name, bus_id, memory_*, utilization_pct);
-    none without nvidia-smi.
+    The driver_version, cuda_version, nvidia_smi and gpus (index, name, bus_id, memory_*, utilization_pct), and
+    detail (nvidia-smi -q: per GPU mig, memory_total_mib and pcie); none without nvidia-smi.
   returned: always
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_facts import ParseError, parse_table
+from ansible.module_utils.gpu_facts import ParseError, parse_detail, parse_table
 
 
 def main() -> None:
@@ -55,9 +59,17 @@ def main() -> None:
     if rc != 0:
         module.fail_json(msg=f"gpu: nvidia-smi exited {rc}: {(err or out).strip()[-300:]} (is the driver loaded?)")
     try:
-        module.exit_json(changed=False, gpu=parse_table(out))
+        gpu = parse_table(out)
     except ParseError as exc:
         module.fail_json(msg=f"gpu: cannot read nvidia-smi's output: {exc}")
+    rc, out, err = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"gpu: nvidia-smi -q exited {rc}: {(err or out).strip()[-300:]}")
+    try:
+        gpu["detail"] = parse_detail(out)
+    except ParseError as exc:
+        module.fail_json(msg=f"gpu: cannot read nvidia-smi -q's output: {exc}")
+    module.exit_json(changed=False, gpu=gpu)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ short_description: Gate the nodes' GPUs against each other and the build
 description:
   - Fails when the runtime is built with CUDA and a node has no NVIDIA GPU,
     or when the nodes do not all run the same driver and CUDA version,
-    naming the node and both versions. Runs on the controller over what
+    naming the node and both versions.
+  - Per GPU, from C(nvidia-smi -q) (gpu_facts' C(detail)), when O(expected)
+    names the host, as many GPUs as C(count), no MIG unless C(mig), and each
+    PCIe link at the card's maximum (its width, or at least C(min_width);
+    the generation the link can reach against the card's), naming node and
+    GPU. Runs on the controller over what
     gpu_facts read on every node; changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
@@ -24,6 +29,13 @@ options:
     description: The runtime is built with CUDA (runtime_build_cuda).
     type: bool
     default: false
+  expected:
+    description: >-
+      Per host, what its GPUs must be: C(count) (twinrail_gpu_count: how many GPUs nvidia-smi must list, none to
+      take what it finds), C(mig) (twinrail_gpu_mig: MIG allowed) and C(min_width) (twinrail_gpu_pcie_min_width:
+      the narrowest PCIe link accepted, none for the card's own width).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -46,18 +58,32 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.gpu_facts import gpu_gate
+from ansible.module_utils.gpu_facts import gpu_gate, gpu_node_problems, gpu_settings_problems, truthy
 from ansible.module_utils.judge import run_module
 
 
 ARGUMENT_SPEC = {
     "facts": {"type": "dict", "required": True},
     "cuda_required": {"type": "bool", "default": False},
+    "expected": {"type": "dict", "default": {}},
 }
 
 
 def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
+    expected = params["expected"] or {}
+    refused = [problem for host in sorted(expected) for problem in gpu_settings_problems(host, expected[host])]
+    if refused:
+        return {"failed": True, "msg": "preflight: " + "; ".join(refused) + "; nothing was changed",
+                "failures": refused}
     failures = gpu_gate(params["facts"], params["cuda_required"])
+    for host in sorted(params["facts"]):
+        detail = (params["facts"][host] or {}).get("detail")
+        # the GPUs one by one where the build uses them
+        if detail is not None and host in expected and params["cuda_required"]:
+            want = expected[host]
+            failures.extend(f"{host}: {problem}" for problem in detail.get("problems") or [])
+            failures.extend(gpu_node_problems(host, detail, want.get("count"), truthy(want.get("mig")),
+                                              want.get("min_width")))
     if failures:
         return {"failed": True, "msg": "preflight: " + "; ".join(failures) + "; nothing was changed",
                 "failures": failures}

@@ -72,7 +72,7 @@ buffers:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.tensor_split import MIB, measured_shares, parse_buffers, split_problems
+from ansible.module_utils.tensor_split import MIB, gpu_split_problems, measured_shares, parse_buffers, split_problems
 from ansible.module_utils.unit_journal import since_start, unit_failures
 
 
@@ -110,7 +110,8 @@ def main() -> None:
              for host, planned in plan["nodes"].items()}
     lines = [f"{host}: planned {node['planned']:.1%}, measured {node['measured']:.1%} "
              f"({node['bytes'] / MIB:.1f} MiB of llama-server's buffers)" for host, node in nodes.items()]
-    problems = split_problems(plan, measured, module.params["tolerance"])
+    problems = (split_problems(plan, measured, module.params["tolerance"])
+                + gpu_split_problems(plan, log["buffers"], module.params["tolerance"]))
     if problems:
         module.fail_json(msg=f"{where} is not the memory plan's: " + "; ".join(problems),
                          nodes=nodes, total_bytes=measured["total_bytes"], buffers=log["buffers"], lines=lines)

@@ -56,6 +56,22 @@ options:
     description: Factor on the weights for copies, activations and allocations.
     type: float
     default: 1.2
+  gpus:
+    description: >-
+      Per host, what gpu_facts returned as C(gpu) (none without nvidia-smi). With O(cuda), a node whose GPUs have
+      their own memory (discrete) holds its share in them: it is divided over its GPUs in proportion to their
+      memory and each part is checked against O(gpu_utilization) of that GPU's memory. Nodes with unified memory
+      (GB10) or none are checked against their system memory.
+    type: dict
+    default: {}
+  cuda:
+    description: The runtime is built with CUDA (runtime_build_cuda), so the layers go to the GPUs.
+    type: bool
+    default: false
+  gpu_utilization:
+    description: The fraction of each GPU's memory the plan may use (twinrail_gpu_memory_utilization).
+    type: float
+    default: 0.9
 attributes:
   check_mode:
     support: full
@@ -107,7 +123,16 @@ ARGUMENT_SPEC = {
     "overhead": {"type": "float", "default": 1.2},
     "os_used_mb": {"type": "dict", "default": {}},
     "margin_pct": {"type": "float", "default": 5},
+    "gpus": {"type": "dict", "default": {}},
+    "cuda": {"type": "bool", "default": False},
+    "gpu_utilization": {"type": "float", "default": 0.9},
 }
+
+
+def discrete_gpus(facts: dict | None) -> list[dict]:
+    """The GPUs of one node's gpu_facts that have memory of their own."""
+    return [{"index": gpu["index"], "name": gpu["name"], "memory_bytes": int(gpu["memory_total_mib"]) << 20}
+            for gpu in (facts or {}).get("gpus") or [] if gpu.get("memory") == "discrete"]
 
 
 def judge(params: dict, warn) -> dict:
@@ -133,8 +158,14 @@ def judge(params: dict, warn) -> dict:
             return {"failed": True, "msg": f"preflight: {host}: ansible_memtotal_mb: expected a "
                                            f"number of MiB, got {mib!r}"}
     os_used = {host: int(mib) * (1 << 20) for host, mib in (params["os_used_mb"] or {}).items() if mib is not None}
+    utilization = params["gpu_utilization"]
+    if not 0 < utilization <= 1:
+        return {"failed": True, "msg": f"preflight: twinrail_gpu_memory_utilization: expected a fraction above 0 "
+                                       f"and at most 1, got {utilization!r}"}
+    gpus = ({host: discrete_gpus(facts) for host, facts in (params["gpus"] or {}).items()}
+            if params["cuda"] else {})
     result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"],
-                  os_used, params["margin_pct"])
+                  os_used, params["margin_pct"], gpus, utilization)
     for warning in result.pop("warnings"):
         warn(f"preflight: {warning}")
     lines = [f"model figures from {source}"] + result.pop("lines")

@@ -42,7 +42,8 @@ class ParseError(ValueError):
 
 # what nvidia-smi says for a unified-memory GPU's framebuffer: "Not
 # Supported" in its table, "[N/A]" in the query form (captures of both)
-UNIFIED_READINGS = {"table": ("Not Supported",), "query": ("[N/A]", "[Not Supported]")}
+# and "N/A" in -q's FB Memory Usage (a GB10 capture, nvtop's pull request 466)
+UNIFIED_READINGS = {"table": ("Not Supported",), "query": ("[N/A]", "[Not Supported]"), "detail": ("N/A",)}
 
 
 def unified_memory(name: str, reading: str, form: str = "table") -> bool:
@@ -190,3 +191,173 @@ def gpu_gate(facts: dict, cuda_required: bool) -> list[str]:
                     failures.append(f"{host}: NVIDIA {key.replace('_', ' ')} {facts[host][key]}, expected "
                                     f"{facts[ref][key]} as on {ref} (every node runs the same)")
     return failures
+
+
+# nvidia-smi -q: "GPU 00000000:18:00.0" opens a GPU's block; below it
+# "Key : Value" lines and section titles, four spaces a level.
+_DETAIL_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
+_DETAIL_LINE = re.compile(r"^(?P<indent> *)(?P<key>[^:]+?)\s*(?::\s?(?P<value>.*?))?\s*$")
+
+
+def bus_key(bus_id: str) -> str:
+    """One spelling of a PCI address for every nvidia-smi layout:
+    00000000:18:00.0, 0000:18:00.0 and 18:00.0 all read '0000:18:00.0'."""
+    parts = bus_id.strip().lower().split(":")
+    domain = parts[0][-4:] if len(parts) == 3 else "0000"
+    return f"{domain.rjust(4, '0')}:{parts[-2]}:{parts[-1]}"
+
+
+def _tree(lines: list[str]) -> dict:
+    """A GPU block of nvidia-smi -q as {'Section/Sub/Key': value}."""
+    out, path = {}, []
+    for line in lines:
+        if not line.strip():
+            continue
+        match = _DETAIL_LINE.match(line)
+        if not match:
+            continue
+        level = len(match.group("indent")) // 4 - 1
+        path = path[:max(level, 0)]
+        key = match.group("key").strip()
+        if match.group("value") is None:
+            path.append(key)
+        else:
+            out["/".join(path + [key])] = match.group("value").strip()
+    return out
+
+
+def _number(text: str | None, suffix: str = "") -> int | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"(\d+)\s*" + re.escape(suffix), text.strip()) if suffix else re.fullmatch(r"\d+", text.strip())
+    return int(match.group(1) if suffix else match.group(0)) if match else None
+
+
+def parse_detail(text: str) -> dict:
+    """nvidia-smi -q: the versions, the count nvidia-smi says is attached,
+    and per GPU (in its order, which is the PCI bus order nvidia-smi's
+    indexes follow): index, name, bus_id, MIG mode, framebuffer memory
+    (``memory``: discrete with ``memory_total_mib``, unified, or unread,
+    as parse_table decides) and the PCIe link (``pcie``: gen_max, the
+    most the link can train to, gen_current, gen_device_max, gen_host_max,
+    width_max, width_current; None where nvidia-smi does not say)."""
+    if "NVSMI LOG" not in text and "Attached GPUs" not in text:
+        said = [f for f in _FAILURES if f in text]
+        raise ParseError(f"nvidia-smi -q printed no log (no 'Attached GPUs'){': it failed' if said else ''}: "
+                         f"{_quote(text)}")
+    lines = text.splitlines()
+    head = _tree([line for line in lines[:20] if not line.startswith(" ")])
+    starts = [i for i, line in enumerate(lines) if _DETAIL_GPU.match(line)]
+    gpus, problems = [], []
+    for n, start in enumerate(starts):
+        block = lines[start + 1:starts[n + 1] if n + 1 < len(starts) else len(lines)]
+        tree = _tree(block)
+        name = tree.get("Product Name", "")
+        total = tree.get("FB Memory Usage/Total", "")
+        mib = _number(total, "MiB")
+        link = "PCI/GPU Link Info/"
+        gpu = {
+            "index": n, "name": name, "bus_id": _DETAIL_GPU.match(lines[start]).group("bus"),
+            "mig": {"Enabled": True, "Disabled": False}.get(tree.get("MIG Mode/Current", "")),
+            "memory": "discrete" if mib is not None else "unified" if unified_memory(name, total, "detail") else "unread",
+            "memory_total_mib": mib,
+            "pcie": {
+                "gen_max": _number(tree.get(link + "PCIe Generation/Max")),
+                "gen_current": _number(tree.get(link + "PCIe Generation/Current")),
+                "gen_device_max": _number(tree.get(link + "PCIe Generation/Device Max")),
+                "gen_host_max": _number(tree.get(link + "PCIe Generation/Host Max")),
+                "width_max": _number(tree.get(link + "Link Width/Max"), "x"),
+                "width_current": _number(tree.get(link + "Link Width/Current"), "x"),
+            },
+        }
+        gpus.append(gpu)
+        if gpu["memory"] == "unread":
+            problems.append(f"GPU {n} ({name}, {gpu['bus_id']}): nvidia-smi -q reads its framebuffer memory as "
+                            f"{total or 'nothing'!r}, not a figure")
+    attached = _number(head.get("Attached GPUs"))
+    if attached is not None and attached != len(gpus):
+        problems.append(f"nvidia-smi -q says {attached} GPU(s) attached and describes {len(gpus)}")
+    return {"driver_version": head.get("Driver Version"), "cuda_version": head.get("CUDA Version"),
+            "attached": attached, "gpus": gpus, "problems": problems}
+
+
+def gpu_node_problems(host: str, facts: dict, expected_count: int | None = None, mig_allowed: bool = False,
+                      min_width: int | None = None) -> list[str]:
+    """One node's GPUs against what the inventory expects, one sentence a
+    problem naming the node and the GPU (index, name, bus id). ``facts``:
+    gpu_facts' reading, parse_table's with nvidia-smi -q's (parse_detail)
+    as ``detail`` where it was read.
+
+    - every GPU visible: ``expected_count`` of them (when set);
+    - no MIG unless ``mig_allowed`` (from -q, else from the table);
+    - each PCIe link at its maximum (from -q): the width it trained at is
+      the card's widest (or at least ``min_width``, for a board that wires
+      a slot narrower on purpose), and the generation the link can reach
+      (nvidia-smi's Max) is the card's own (Device Max): a slot or riser of
+      an older generation is named. The current generation is not judged:
+      an idle GPU lowers it to save power (a real L4 at Gen1 of 4)."""
+    problems = []
+    detail = facts.get("detail") or {}
+    table = {bus_key(gpu["bus_id"]): gpu for gpu in facts.get("gpus") or []}
+    gpus = detail.get("gpus") or facts.get("gpus") or []
+    expected_count = None if _unset(expected_count) else int(expected_count)
+    min_width = None if _unset(min_width) else int(min_width)
+    if expected_count is not None and len(gpus) != expected_count:
+        problems.append(f"{host}: {len(gpus)} GPU(s) visible ({', '.join(g['bus_id'] for g in gpus) or 'none'}), "
+                        f"expected {expected_count} (twinrail_gpu_count): a GPU lost or unseated, or hidden "
+                        f"by CUDA_VISIBLE_DEVICES or a container")
+    own = [gpu for gpu in gpus if gpu.get("memory") == "discrete"]
+    if expected_count is None and len(own) > 1:
+        problems.append(f"{host}: {len(own)} GPUs with memory of their own and twinrail_gpu_count unset: set "
+                        f"twinrail_gpu_count: {len(own)} (each GPU one device of the split; unset, every RPC server "
+                        f"would expose them all under one proportion)")
+    for gpu in gpus:
+        label = f"{host}: GPU {gpu['index']} ({gpu['name']}, {gpu['bus_id']})"
+        mig = gpu.get("mig")
+        if mig is None:
+            mig = table.get(bus_key(gpu["bus_id"]), {}).get("mig")
+        if mig and not mig_allowed:
+            problems.append(f"{label}: MIG mode is enabled; llama.cpp gets one slice, not the GPU "
+                            f"(nvidia-smi -i {gpu['index']} -mig 0, or set twinrail_gpu_mig: true)")
+        pcie = gpu.get("pcie") or {}
+        width, widest = pcie.get("width_current"), pcie.get("width_max")
+        wanted = int(min_width) if min_width else widest
+        if width is not None and wanted is not None and width < wanted:
+            problems.append(f"{label}: PCIe link x{width}, required x{wanted} (the card is x{widest}"
+                            f"{'; twinrail_gpu_pcie_min_width' if min_width else ''}): a slot wired or trained "
+                            f"narrower, a riser, or a card not seated")
+        reach, own = pcie.get("gen_max"), pcie.get("gen_device_max")
+        if reach is not None and own is not None and reach < own:
+            problems.append(f"{label}: PCIe link reaches Gen{reach} at most, the card is Gen{own} (host side "
+                            f"Gen{pcie.get('gen_host_max')}): a slot, riser or BIOS setting of an older generation")
+    return problems
+
+
+PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+def _unset(value) -> bool:
+    return value is None or value == ""
+
+
+def truthy(value) -> bool:
+    """A YAML or Jinja boolean as Ansible reads one ('false' is false)."""
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def gpu_settings_problems(host: str, want: dict) -> list[str]:
+    """The per-GPU settings of one host, read as the gate reads them: one
+    sentence per bad value, naming the variable, the host and the form."""
+    problems = []
+    count = want.get("count")
+    if not _unset(count) and (isinstance(count, bool) or not str(count).isdigit() or int(count) < 1):
+        problems.append(f"{host}: twinrail_gpu_count: expected a whole number of GPUs, 1 or more (or unset), "
+                        f"got {count!r}")
+    width = want.get("min_width")
+    if not _unset(width) and (isinstance(width, bool) or not str(width).isdigit() or int(width) not in PCIE_WIDTHS):
+        problems.append(f"{host}: twinrail_gpu_pcie_min_width: expected a PCIe width, one of "
+                        f"{', '.join(map(str, PCIE_WIDTHS))} (or unset), got {width!r}")
+    mig = want.get("mig")
+    if not _unset(mig) and not isinstance(mig, bool) and str(mig).lower() not in ("true", "false", "yes", "no"):
+        problems.append(f"{host}: twinrail_gpu_mig: expected true or false, got {mig!r}")
+    return problems

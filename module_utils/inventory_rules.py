@@ -75,6 +75,8 @@ TWINRAIL_VARIABLES = (
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
     "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
     "twinrail_site",
+    # a node's GPUs (the 8-GPU servers' and consumer pairs' profiles)
+    "twinrail_gpu_count", "twinrail_gpu_mig", "twinrail_gpu_pcie_min_width", "twinrail_gpu_memory_utilization",
     # the lab's own (tools/lab.py, inventory/lab)
     "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
     "twinrail_lab_memory_mb", "twinrail_lab_publish",
@@ -305,8 +307,24 @@ class Validator:
         if _is_number(bits) and bits > 32:
             self.err(host, "twinrail_model.bits_per_param", "at most 32 bits", bits)
 
+    def check_gpus(self, host: str, hv: dict) -> None:
+        """A node's GPU settings, where it sets them."""
+        count = hv.get("twinrail_gpu_count")
+        if count is not None and not (_is_int(count) and count >= 1):
+            self.err(host, "twinrail_gpu_count", "a whole number of GPUs, 1 or more (or unset)", count)
+        width = hv.get("twinrail_gpu_pcie_min_width")
+        if width is not None and not (_is_int(width) and width in (1, 2, 4, 8, 16, 32)):
+            self.err(host, "twinrail_gpu_pcie_min_width", "a PCIe width, one of 1, 2, 4, 8, 16, 32 (or unset)", width)
+        mig = hv.get("twinrail_gpu_mig")
+        if mig is not None and not isinstance(mig, bool):
+            self.err(host, "twinrail_gpu_mig", "a boolean (true or false)", mig)
+        share = hv.get("twinrail_gpu_memory_utilization")
+        if share is not None and not (_is_number(share) and 0 < share <= 1):
+            self.err(host, "twinrail_gpu_memory_utilization", "a fraction above 0 and at most 1, such as 0.9", share)
+
     def check_node(self, host: str, hv: dict) -> list[dict]:
         """Check one node's own variables; return its sound rails."""
+        self.check_gpus(host, hv)
         mgmt = hv.get("twinrail_mgmt_address")
         try:
             ipaddress.IPv4Interface(mgmt)

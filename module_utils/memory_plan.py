@@ -8,7 +8,15 @@
                                                       layers over all nodes)
 
 Each node's share must fit under its soft watermark (a percentage of its
-memory). The plan returns its arithmetic as lines, so a failed gate shows
+memory). A node with discrete GPUs (servers with several, consumer cards)
+holds its share in their memory instead: the share is divided evenly over
+its GPUs (as the split gives llama.cpp one equal proportion per GPU:
+tensor_split.py), and each GPU's part must fit in its memory times the
+GPU utilization (vLLM's --gpu-memory-utilization idea: what the CUDA
+context, cuBLAS workspaces and compute buffers leave). The KV cache goes
+where llama.cpp puts it: each layer's with the layer (llama_kv_cache
+allocates per layer on the layer's device unless --no-kv-offload), so it
+follows the same proportions. The plan returns its arithmetic as lines, so a failed gate shows
 how the figure was reached. Pure Python: no Ansible import.
 """
 
@@ -31,13 +39,20 @@ def _gib(value: float) -> str:
 
 
 def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
-         overhead: float, os_used_bytes: dict | None = None, margin_pct: float = 5) -> dict:
+         overhead: float, os_used_bytes: dict | None = None, margin_pct: float = 5,
+         gpus: dict | None = None, gpu_utilization: float = 0.9) -> dict:
     """Return {'nodes': {host: {...}}, 'lines': [...], 'failures': [...],
     'warnings': [...]}. With ``os_used_bytes`` (what each node uses
     without twinrail's service, measured as the guard counts it), a
     warning for each node where the share plus that leaves less than
     ``margin_pct`` of its memory below the soft watermark: the guard would
-    refuse requests there, though the plan fits."""
+    refuse requests there, though the plan fits.
+
+    ``gpus``: host -> its discrete GPUs, [{'index', 'name', 'memory_bytes'}]
+    (gpu_facts' figures); such a node's share, divided evenly, is checked GPU by GPU
+    against ``gpu_utilization`` of each one's memory, and its system
+    memory is not the limit. Each node's ``gpus`` in the result lists
+    every GPU's part."""
     params = float(model["params_b"]) * 1e9
     bits = float(model["bits_per_param"])
     weights = params * bits / 8 * overhead
@@ -57,6 +72,11 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
     ]
     nodes, failures, warnings = {}, [], []
     for host, mem in memory_bytes.items():
+        devices = (gpus or {}).get(host) or []
+        if devices:
+            nodes[host], problems = _gpu_node(host, share, devices, float(gpu_utilization), lines)
+            failures.extend(problems)
+            continue
         soft = mem * soft_pct / 100
         hard = mem * hard_pct / 100
         used_pct = 100 * share / mem if mem else float("inf")
@@ -90,3 +110,32 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
     return {"file_bytes": int(params * bits / 8), "weights_bytes": int(weights), "kv_bytes": int(kv), "total_bytes": int(total),
             "share_bytes": int(share), "nodes": nodes, "lines": lines,
             "failures": failures, "warnings": warnings}
+
+
+def _gpu_node(host: str, share: float, devices: list, utilization: float, lines: list) -> tuple[dict, list]:
+    """A node's share over its discrete GPUs, evenly (the split's); each
+    part against the GPU's memory times ``utilization``: the smallest GPU
+    of a mixed node decides."""
+    capacity = sum(int(gpu["memory_bytes"]) for gpu in devices)
+    parts, problems = [], []
+    lines.append(f"{host}: {_gib(share)} over {len(devices)} GPU(s) with {_gib(capacity)} of memory, "
+                 f"each up to {utilization:.0%} of its own")
+    for gpu in devices:
+        size = int(gpu["memory_bytes"])
+        part = share / len(devices)
+        usable = size * utilization
+        fits = part <= usable
+        parts.append({"index": gpu["index"], "name": gpu.get("name", ""), "memory_bytes": size,
+                      "share_bytes": int(part), "usable_bytes": int(usable),
+                      "share_pct": round(100 * part / size, 2) if size else None, "fits": fits})
+        label = f"{host}: GPU {gpu['index']} ({gpu.get('name') or 'GPU'})"
+        lines.append(f"{label}: {_gib(part)} of {_gib(size)} = {100 * part / size if size else float('inf'):.1f} % "
+                     f"(usable {utilization:.0%} = {_gib(usable)}): {'fits' if fits else 'DOES NOT FIT'}")
+        if not fits:
+            problems.append(f"{label}: memory plan: its part of the model is {_gib(part)}, required at most "
+                            f"{utilization:.0%} of its {_gib(size)} = {_gib(usable)} (twinrail_gpu_memory_utilization); "
+                            f"more nodes or GPUs, fewer bits, a shorter context")
+    node = {"memory_bytes": capacity, "share_bytes": int(share), "gpus": parts,
+            "share_pct": round(100 * share / capacity, 2) if capacity else None,
+            "fits": all(part["fits"] for part in parts)}
+    return node, problems

@@ -49,7 +49,7 @@ _UNITS = {"KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30}
 
 
 def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: int,
-               master_gpu: bool) -> dict:
+               master_gpu: bool, gpus: dict | None = None) -> dict:
     """The planned split: every node an equal share (the memory plan's),
     each worker's divided among its rails' RPC servers.
 
@@ -57,7 +57,19 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
     Returns ``endpoints`` (the --rpc list), ``gpu_layers`` (-ngl),
     ``tensor_split`` (the -ts proportions), ``guard_workers`` (the
     guard's host@address=rail list, in --rpc order), ``nodes`` (host -> planned
-    share), ``devices`` (endpoint or GPU -> host) and ``lines``."""
+    share), ``devices`` (endpoint or GPU -> host) and ``lines``.
+
+    ``gpus``: host -> how many GPUs of its own it serves on
+    (twinrail_gpu_count). A node with two or more is one device per GPU,
+    its share divided evenly among them: the master's are CUDA0..n-1
+    after the RPC servers; a worker's every rail server exposes all of its
+    GPUs (``rpc_device_args``: ggml-rpc-server --device CUDA0,...) and
+    each GPU's proportion is on one rail's server (GPUs dealt to rails in
+    blocks, 0 on the others), so a rail left out moves its GPUs' layers to
+    the same GPUs through another rail. ``server_devices`` counts each
+    server's devices (the guard's --server-devices), ``master_devices``
+    the master's; ``gpu_devices`` names each GPU's buffers (device ->
+    [host, GPU index]) and ``gpu_shares`` the planned share of each."""
     layers = int(layers)
     if layers < 1:
         raise ValueError(f"twinrail_model.layers: expected a positive number of layers, got {layers}")
@@ -65,25 +77,53 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
         raise ValueError("the split needs at least one worker in the group workers")
     nodes = [master] + list(workers)
     share = 1 / len(nodes)
+    counts = {host: _gpu_count(host, (gpus or {}).get(host)) for host in nodes}
     endpoints, devices, proportions, guard_workers = [], {}, [], []
+    server_devices, gpu_devices, gpu_shares, device_args = [], {}, {}, {}
     for worker in workers:
         worker_rails = rails[worker]
         if not worker_rails:
             raise ValueError(f"{worker}: twinrail_rails: expected at least one rail, got none")
+        count = counts[worker]
+        if count > 1:
+            device_args[worker] = "--device " + ",".join(f"CUDA{g}" for g in range(count))
+            gpu_shares.update({f"{worker} GPU {g}": round(share / count, 6) for g in range(count)})
         for index, rail in enumerate(worker_rails):
             address = str(rail['address']).split('/', 1)[0]
             endpoint = f"{address}:{int(port)}"
             endpoints.append(endpoint)
             guard_workers.append(f"{worker}@{address}={rail.get('name') or f'rail{index}'}")
             devices[endpoint] = worker
-            proportions.append(share / len(worker_rails))
+            if count > 1:
+                server_devices.append(count)
+                for g in range(count):
+                    held = g * len(worker_rails) // count == index
+                    proportions.append(share / count if held else 0.0)
+                    gpu_devices[f"RPC{g}[{endpoint}]"] = [worker, g]
+            else:
+                server_devices.append(1)
+                proportions.append(share / len(worker_rails))
     lines = [f"{len(nodes)} node(s), each {share:.1%} of the weights and KV cache (the memory plan's share)"]
+    master_devices = 0
     if master_gpu:
         gpu_layers = layers + 1
-        proportions.append(share)
-        devices["GPU"] = master
-        lines.append(f"{master}: its share on its GPU (the last device); -ngl {gpu_layers} (all {layers} layers "
-                     "and the output layer on the devices)")
+        count = counts[master]
+        if count > 1:
+            master_devices = count
+            proportions.extend([share / count] * count)
+            for g in range(count):
+                devices[f"CUDA{g}"] = master
+                gpu_devices[f"CUDA{g}"] = [master, g]
+                gpu_shares[f"{master} GPU {g}"] = round(share / count, 6)
+            lines.append(f"{master}: its share on its {count} GPUs (CUDA0..CUDA{count - 1}, the last devices), "
+                         f"{share / count:.1%} each; -ngl {gpu_layers} (all {layers} layers and the output layer on "
+                         f"the devices)")
+        else:
+            master_devices = 1
+            proportions.append(share)
+            devices["GPU"] = master
+            lines.append(f"{master}: its share on its GPU (the last device); -ngl {gpu_layers} (all {layers} layers "
+                         "and the output layer on the devices)")
     else:
         master_layers = round(layers * share)
         gpu_layers = layers + 1 - master_layers
@@ -92,13 +132,33 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
     total = sum(proportions)
     split = [round(p / total, 4) for p in proportions]
     for worker in workers:
-        count = len(rails[worker])
-        lines.append(f"{worker}: {share:.1%} over {count} RPC server(s), {share / count:.1%} each")
+        count, rail_count = counts[worker], len(rails[worker])
+        if count > 1:
+            blocks = [[g for g in range(count) if g * rail_count // count == i] for i in range(rail_count)]
+            lines.append(f"{worker}: {share:.1%} over its {count} GPUs, {share / count:.1%} each; every rail's RPC "
+                         f"server exposes all of them ({device_args[worker]}), the GPUs' layers through "
+                         + ", ".join(f"{rails[worker][i].get('name') or f'rail{i}'} for GPU {b[0]}-{b[-1]}"
+                                     for i, b in enumerate(blocks) if b))
+        else:
+            lines.append(f"{worker}: {share:.1%} over {rail_count} RPC server(s), {share / rail_count:.1%} each")
     lines.append("--tensor-split " + ",".join(f"{p:g}" for p in split))
     return {"master": master, "endpoints": endpoints, "gpu_layers": gpu_layers, "tensor_split": split,
             "guard_workers": guard_workers,
             "nodes": {host: round(share, 6) for host in nodes}, "devices": devices,
+            "server_devices": server_devices, "master_devices": master_devices,
+            "rpc_device_args": {host: device_args.get(host, "") for host in nodes},
+            "gpu_devices": gpu_devices, "gpu_shares": gpu_shares,
             "layers": layers, "master_gpu": bool(master_gpu), "lines": lines}
+
+
+def _gpu_count(host: str, value) -> int:
+    """twinrail_gpu_count read for the split: unset is one device."""
+    if value is None or value == "":
+        return 1
+    if isinstance(value, bool) or not str(value).strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{host}: twinrail_gpu_count: expected a whole number of GPUs, 1 or more (or unset), "
+                         f"got {value!r}")
+    return int(value)
 
 
 def parse_buffers(text: str) -> dict:
@@ -158,4 +218,33 @@ def split_problems(plan: dict, measured: dict, tolerance: float) -> list[str]:
                 f"({got['bytes'] / MIB:.1f} of {measured['total_bytes'] / MIB:.1f} MiB in llama-server's buffers); "
                 f"allowed {planned:.1%} +/- {allowed:.1%} ({float(tolerance):g} of the share and one of "
                 f"{plan['layers'] + 1} layers)")
+    return problems
+
+
+def gpu_split_problems(plan: dict, buffers: list[dict], tolerance: float) -> list[str]:
+    """Each GPU of a node with several (the plan's ``gpu_devices``) whose
+    measured share of all buffers is off its planned share by more than
+    ``tolerance`` of it plus one layer's worth, named by node and GPU. A
+    worker's GPU is reached through any of its rails' servers: RPC<j>[...]
+    of every one of them is its GPU j."""
+    named = plan.get("gpu_devices") or {}
+    if not named:
+        return []
+    total = sum(b["bytes"] for b in buffers)
+    held: dict[str, int] = {}
+    for buffer in buffers:
+        where = named.get(buffer["device"])
+        if where:
+            key = f"{where[0]} GPU {where[1]}"
+            held[key] = held.get(key, 0) + buffer["bytes"]
+    step = 1 / (plan["layers"] + 1)
+    problems = []
+    for key, planned in plan["gpu_shares"].items():
+        got = held.get(key, 0)
+        share = got / total if total else 0.0
+        allowed = planned * float(tolerance) + step
+        if abs(share - planned) > allowed:
+            problems.append(f"{key}: planned {planned:.1%} of the model and KV cache, measured {share:.1%} "
+                            f"({got / MIB:.1f} of {total / MIB:.1f} MiB in llama-server's buffers); allowed "
+                            f"{planned:.1%} +/- {allowed:.1%}")
     return problems

@@ -102,7 +102,7 @@ def test_a_connectx_function_without_its_driver_counts_as_rdma_hardware(tmp_path
 
 def test_every_profile_is_complete_and_the_lab_needs_no_gpu_nor_rdma():
     names = lookup.names()
-    assert names == ["dgx-spark", "lab", "x86-connectx"]
+    assert names == ["consumer-gpu", "dgx-spark", "gpu-server", "lab", "x86-connectx"]
     keys = {name: set(lookup.load(name)["settings"]) for name in names}
     assert len({frozenset(k) for k in keys.values()}) == 1, keys
     assert lookup.setting("lab", "expect") == {"architecture": "x86_64", "gpu": False, "rdma": False}
@@ -113,7 +113,7 @@ def test_every_profile_is_complete_and_the_lab_needs_no_gpu_nor_rdma():
 
 
 def test_an_unknown_profile_or_setting_is_named():
-    with pytest.raises(ValueError, match=r"unknown profile 'dgx_spark'; expected one of dgx-spark, lab, x86-connectx"):
+    with pytest.raises(ValueError, match=r"unknown profile 'dgx_spark'; expected one of consumer-gpu, dgx-spark, gpu-server, lab, x86-connectx"):
         lookup.setting("dgx_spark", "runtime_build_cuda")
     with pytest.raises(ValueError, match=r"profile 'lab' has no setting 'runtime_build_cudaa'"):
         lookup.setting("lab", "runtime_build_cudaa")
@@ -143,7 +143,7 @@ def test_the_profile_gives_the_roles_defaults_and_the_inventory_still_wins(tmp_p
     assert "FLAGS=-march=x86-64 -mtune=generic CUDA=False" in out.stdout, out.stdout[-2000:]
     out = run_play(tmp_path, play, "-e", "twinrail_profile=dgx_spark", "-e", "twinrail_runtime_root=/opt/twinrail")
     assert out.returncode != 0
-    assert "twinrail_profile: localhost: unknown profile 'dgx_spark'; expected one of dgx-spark, lab, x86-connectx" \
+    assert "twinrail_profile: localhost: unknown profile 'dgx_spark'; expected one of consumer-gpu, dgx-spark, gpu-server, lab, x86-connectx" \
         in out.stdout + out.stderr
 
 

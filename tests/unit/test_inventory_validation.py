@@ -297,6 +297,14 @@ BAD = [
      "spark-a: twinrail_weights[1]: expected each model and revision once", 1),
     ("weights-two-current", add_weights(revision="2025-08-01"),
      "spark-a: twinrail_weights[1].current: expected one current revision per model", 1),
+    ("gpu-count-word", setvar("twinrail_gpu_count", "eight", hosts=("spark-b",)),
+     "spark-b: twinrail_gpu_count: expected a whole number of GPUs, 1 or more (or unset), got 'eight' (str)", 1),
+    ("gpu-width-odd", setvar("twinrail_gpu_pcie_min_width", 12, hosts=("spark-a",)),
+     "spark-a: twinrail_gpu_pcie_min_width: expected a PCIe width, one of 1, 2, 4, 8, 16, 32 (or unset), got 12", 1),
+    ("gpu-mig-quoted", setvar("twinrail_gpu_mig", "no", hosts=("spark-a",)),
+     "spark-a: twinrail_gpu_mig: expected a boolean (true or false), got 'no' (str)", 1),
+    ("gpu-utilization-percent", setvar("twinrail_gpu_memory_utilization", 90, hosts=("spark-b",)),
+     "spark-b: twinrail_gpu_memory_utilization: expected a fraction above 0 and at most 1, such as 0.9, got 90", 1),
 ]
 
 
@@ -305,6 +313,15 @@ def test_example_inventory_is_sound():
     assert groups["master"] == ["spark-a"]
     assert set(nodes) == {"spark-a", "spark-b"}
     assert validate(groups, nodes) == []
+
+
+@pytest.mark.parametrize("name", ["example-8gpu", "example-consumer"])
+def test_the_gpu_examples_are_sound(name):
+    """Two 8-GPU servers, and two desktops with consumer GPUs on one TCP rail."""
+    groups, nodes = load_inventory(REPO / "inventory" / name)
+    assert len(groups["master"]) == 1 and len(groups["workers"]) == 1
+    assert all(hv.get("twinrail_gpu_count") for hv in nodes.values())
+    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes))) == []
 
 
 def test_lab_inventory_is_sound():
@@ -397,7 +414,9 @@ def settings() -> set:
     return twinrail_inventory.stage_settings(str(REPO / "roles"))
 
 
-@pytest.mark.parametrize("inventory", [EXAMPLE, LAB], ids=["example", "lab"])
+@pytest.mark.parametrize("inventory", [EXAMPLE, LAB, REPO / "inventory" / "example-8gpu",
+                                       REPO / "inventory" / "example-consumer"],
+                         ids=["example", "lab", "example-8gpu", "example-consumer"])
 def test_every_name_of_the_shipped_inventories_is_known(inventory):
     groups, nodes = load_inventory(inventory)
     names = all_names(inventory)

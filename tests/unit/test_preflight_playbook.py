@@ -159,19 +159,20 @@ def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):
     assert "Gathering Facts" not in out
 
 
-def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch):
-    """As an operator starts: copy inventory/example, make its vault with
-    `twinrail secrets` (ansible-vault's library, a password file made
-    0600), run site.yml with --vault-password-file: every secret the
-    example names is defined and the controller's checks pass. Without the
-    password the run stops saying so."""
+@pytest.mark.parametrize("example", ["example", "example-8gpu", "example-consumer"])
+def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch, example):
+    """As an operator starts: copy inventory/example (or the 8-GPU servers'
+    or the consumer pair's), make its vault with `twinrail secrets`
+    (ansible-vault's library, a password file made 0600), run site.yml
+    with --vault-password-file: every secret the example names is defined
+    and the controller's checks pass. Without the password the run stops
+    saying so."""
     from twinrail.ctl import main  # pylint: disable=import-outside-toplevel
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     inv = tmp_path / "inventory" / "spark-site"
-    shutil.copytree(REPO / "inventory" / "example", inv)
-    for name in ("spark-a", "spark-b"):
-        path = inv / "host_vars" / f"{name}.yml"
+    shutil.copytree(REPO / "inventory" / example, inv)
+    for path in sorted((inv / "host_vars").glob("*.yml")):
         data = yaml.safe_load(path.read_text())
         data["ansible_connection"] = "local"  # never an address outside this machine
         path.write_text(yaml.safe_dump(data))

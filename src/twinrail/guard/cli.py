@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     # serving on fewer rails (rails.py): all four, or none (every rail always serves)
     proxy.add_argument("--rpc-servers", default="", help="llama-server's --rpc list (the configuration's)")
     proxy.add_argument("--split", default="", help="its --tensor-split proportions (the configuration's)")
+    proxy.add_argument("--server-devices", default="",
+                       help="how many devices (GPUs) each RPC server exposes, in --rpc order (default one each)")
+    proxy.add_argument("--master-devices", type=int, default=None,
+                       help="how many of the master's own GPUs follow the servers' proportions (default one or none)")
     proxy.add_argument("--degrade-after", type=float, default=0.0,
                        help="s a rail stays down before llama-server is restarted without it (0: never)")
     proxy.add_argument("--restore-after", type=float, default=0.0,

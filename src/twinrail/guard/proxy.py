@@ -582,7 +582,9 @@ def run_proxy(args) -> None:
     if args.rpc_servers and args.split:
         try:
             rails, master_share = rails_mod.build_rails(workers, args.rpc_servers.split(","),
-                                                        rails_mod.parse_split(args.split))
+                                                        rails_mod.parse_split(args.split),
+                                                        rails_mod.parse_counts(args.server_devices),
+                                                        args.master_devices)
         except ValueError as exc:
             raise SystemExit(f"twinrail-guard: {exc}") from None
     guard = Guard([(h, a) for h, a, _ in workers], args.agent_port, (host, int(port)),

@@ -10,6 +10,12 @@ servers' tensor caches make the reload fast). The guard does that when a
 rail stays down for ``degrade_after`` seconds, and returns to every rail
 once the cut one has been healthy for ``restore_after`` seconds.
 
+A worker with several GPUs runs the same servers, each exposing every one
+of its GPUs (ggml-rpc-server --device), each GPU one device of llama.cpp
+with its own proportion: a GPU's proportion sits on one rail's server and
+is 0 on the others. Left out, a rail's GPUs keep their layers, reached
+through another rail's server: the same GPUs, the same memory.
+
 The guard tells llama-server's unit through an environment file in its
 runtime directory (``EnvironmentFile=-/run/twinrail-guard/rails.env`` in the
 unit, after the service configuration): the --rpc list and the split of
@@ -29,7 +35,12 @@ class Rail:
     address: str  # its rail address (the agent answers there, the RPC server listens there)
     name: str  # rail0, rail1 ... (the inventory's twinrail_rails[].name)
     endpoint: str  # address:port, as in llama-server's --rpc
-    share: float  # its proportion in --tensor-split
+    share: float  # its proportions in --tensor-split, summed
+    shares: tuple = ()  # one proportion per device the server exposes (its GPUs), in --tensor-split order
+
+    @property
+    def devices(self) -> tuple:
+        return self.shares or (self.share,)
 
 
 def parse_split(text: str) -> list[float]:
@@ -47,49 +58,87 @@ def parse_split(text: str) -> list[float]:
     return values
 
 
-def build_rails(workers: list[tuple[str, str, str]], rpc_servers: list[str],
-                split: list[float]) -> tuple[list[Rail], float | None]:
-    """The rails in --rpc order, each with its share, and the master's own
-    share (its GPU, the proportion after the RPC servers' ones) or None
-    (a CPU master: its layers are set by -ngl, not by the split).
+def parse_counts(text: str) -> list[int] | None:
+    """``--server-devices 8,8``: the devices each RPC server exposes; None
+    for '' (one each)."""
+    if not (text or "").strip():
+        return None
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--server-devices: expected counts such as 8,8, got {text!r}") from None
+    return counts
 
-    ``workers``: (host, rail address, rail name) per worker rail."""
-    if len(split) not in (len(rpc_servers), len(rpc_servers) + 1):
+
+def build_rails(workers: list[tuple[str, str, str]], rpc_servers: list[str],
+                split: list[float], server_devices: list[int] | None = None,
+                master_devices: int | None = None) -> tuple[list[Rail], float | None]:
+    """The rails in --rpc order, each with its share, and the master's own
+    share (its GPU's proportion after the RPC servers' ones; with several
+    GPUs, their proportions as a tuple) or None (a CPU master: its layers are set by -ngl, not by the split).
+
+    ``workers``: (host, rail address, rail name) per worker rail;
+    ``server_devices``: how many devices each server exposes, in --rpc
+    order (one each when not given); ``master_devices``: how many of the
+    master's own GPUs follow (none given: one or none)."""
+    counts = list(server_devices) if server_devices else [1] * len(rpc_servers)
+    if len(counts) != len(rpc_servers) or any(int(c) < 1 for c in counts):
+        raise ValueError(f"--server-devices: expected one count of 1 or more per RPC server ({len(rpc_servers)}), "
+                         f"got {','.join(map(str, counts))}")
+    needed = sum(counts)
+    extra = len(split) - needed
+    if extra < 0 or (extra > 1 if master_devices is None else extra not in (0, int(master_devices))):
         raise ValueError(f"--tensor-split has {len(split)} proportion(s) for {len(rpc_servers)} RPC server(s) "
-                         "(expected one per server, and one more for the master's GPU)")
+                         f"with {needed} device(s) (expected one per device, then one per GPU of the master's"
+                         f"{'' if master_devices is None else f', {int(master_devices)}'})")
     by_address = {address: (host, name) for host, address, name in workers}
-    rails = []
-    for endpoint, share in zip(rpc_servers, split):
+    rails, at = [], 0
+    for endpoint, count in zip(rpc_servers, counts):
         address = endpoint.rpartition(":")[0]
         if address not in by_address:
             raise ValueError(f"--rpc-servers: {endpoint} is no worker rail of --workers "
                              f"({', '.join(sorted(by_address))})")
         host, name = by_address[address]
-        rails.append(Rail(host, address, name, endpoint, share))
-    master = split[len(rpc_servers)] if len(split) > len(rpc_servers) else None
+        shares = tuple(split[at:at + int(count)])
+        at += int(count)
+        rails.append(Rail(host, address, name, endpoint, sum(shares), shares if int(count) > 1 else ()))
+    rest = tuple(split[at:])
+    master = None if not rest else rest[0] if len(rest) == 1 else rest
     return rails, master
 
 
-def plan(rails: list[Rail], serving: set[str], master_share: float | None) -> tuple[list[str], list[float]]:
+def plan(rails: list[Rail], serving: set[str], master_share) -> tuple[list[str], list[float]]:
     """The --rpc list and the proportions with only ``serving`` (rail
-    addresses): a worker's share spread over its rails that serve, in the
-    ratio of their own shares. A worker with no rail serving keeps none
-    (the caller never asks for that: see ``target``)."""
-    by_host: dict[str, float] = {}
-    kept: dict[str, float] = {}
+    addresses): each device's share of a worker (device j: its GPU j, the
+    one device of a server without GPUs of its own) spread over the rails
+    that serve, in the ratio of their own shares of it, or evenly where
+    only left-out rails held it (a GPU whose layers came through the cut
+    rail now comes through another). A worker with no rail serving keeps
+    none (the caller never asks for that: see ``target``).
+    ``master_share``: the master's proportion, or its GPUs' list, or None."""
+    total: dict[tuple[str, int], float] = {}
+    kept: dict[tuple[str, int], float] = {}
+    serving_rails: dict[str, int] = {}
     for rail in rails:
-        by_host[rail.host] = by_host.get(rail.host, 0.0) + rail.share
         if rail.address in serving:
-            kept[rail.host] = kept.get(rail.host, 0.0) + rail.share
+            serving_rails[rail.host] = serving_rails.get(rail.host, 0) + 1
+        for j, share in enumerate(rail.devices):
+            total[rail.host, j] = total.get((rail.host, j), 0.0) + share
+            if rail.address in serving:
+                kept[rail.host, j] = kept.get((rail.host, j), 0.0) + share
     endpoints, proportions = [], []
     for rail in rails:
-        if rail.address in serving:
-            endpoints.append(rail.endpoint)
-            proportions.append(rail.share * by_host[rail.host] / kept[rail.host])
+        if rail.address not in serving:
+            continue
+        endpoints.append(rail.endpoint)
+        for j, share in enumerate(rail.devices):
+            held = kept.get((rail.host, j), 0.0)
+            proportions.append(share * total[rail.host, j] / held if held > 0
+                               else total[rail.host, j] / serving_rails[rail.host])
     if master_share is not None:
-        proportions.append(master_share)
-    total = sum(proportions)
-    return endpoints, [round(p / total, 4) for p in proportions]
+        proportions.extend(master_share if isinstance(master_share, (list, tuple)) else [master_share])
+    whole = sum(proportions)
+    return endpoints, [round(p / whole, 4) for p in proportions]
 
 
 def spare_rails(rails: list[Rail], address: str, serving: set[str], down) -> list[Rail]:
