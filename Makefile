@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 clean
+        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -96,6 +96,16 @@ test-scale: venv
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
+
+# The CUDA path proven where a GPU is (tools/gpu_proof.py): prepare the
+# trimmed source, a small model and the stage's build scripts here
+# (build/gpu-proof/, at most 64 MiB), then run: on a machine with an NVIDIA
+# GPU and the CUDA toolkit the CUDA build, else the CPU path. On a GPU
+# machine that has a copy of the tree and build/gpu-proof but no venv:
+#   python3 tools/gpu_proof.py run --out <dir>
+gpu-proof: venv bundle
+	$(BIN)/python tools/gpu_proof.py prepare
+	$(BIN)/python tools/gpu_proof.py run
 
 # needs the converged lab (make lab): re-runs only
 bench-noop: venv

@@ -323,6 +323,22 @@ def api_key_digests(keys: list[dict]) -> dict:
                      for entry in sorted(keys, key=lambda e: e["name"])]}
 
 
+def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None) -> dict:
+    """The runtime build's CMake definitions (module_utils/runtime_build.py)."""
+    return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), _bool(cuda), cuda_archs, _bool(rdma),
+                                                           cuda_root, dict(extra or {}))
+
+
+def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma) -> list:
+    """The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."""
+    return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), _bool(cuda),
+                                                        _bool(rdma))
+
+
+def _bool(value) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
 def host_values(hosts: list[str], hostvars, name: str) -> dict:
     """Each host's ``name`` from hostvars, None where it sets none (Jinja's
     map(attribute=..., default=...) raises on a host's missing variable)."""
@@ -493,6 +509,8 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_transport_problems": transport_problems,
             "twinrail_tensor_split": tensor_split,
             "twinrail_host_values": host_values,
+            "twinrail_runtime_cmake": runtime_cmake,
+            "twinrail_runtime_link_allowlist": runtime_link_allowlist,
             "twinrail_service_restarts": service_restarts,
             "twinrail_scale_change": scale_change,
             "twinrail_unit_pids": unit_pids,

@@ -13,6 +13,7 @@ the same on a node and here.
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,12 +22,32 @@ MODULE_UTILS = REPO / "module_utils"
 
 
 def install() -> None:
-    """Put the repository's module_utils/ on ansible.module_utils' path (once)."""
-    import ansible.module_utils  # pylint: disable=import-outside-toplevel
+    """Put the repository's module_utils/ on ansible.module_utils' path (once).
 
+    On a machine without Ansible (the GPU proof's, tools/gpu_proof.py, which
+    runs there from a copy of the tree), the package of that name is made
+    bare over module_utils/: the pure helpers import the same way."""
+    try:
+        import ansible.module_utils  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        _bare_package()
+        return
     path = str(MODULE_UTILS)
     if path not in ansible.module_utils.__path__:
         ansible.module_utils.__path__.append(path)
+
+
+def _bare_package() -> None:
+    if "ansible.module_utils" in sys.modules:
+        return
+    top = sys.modules.get("ansible")
+    if top is None:
+        top = sys.modules["ansible"] = ModuleType("ansible")
+    top.__path__ = []  # a package, holding only module_utils
+    package = ModuleType("ansible.module_utils")
+    package.__path__ = [str(MODULE_UTILS)]
+    sys.modules["ansible.module_utils"] = package
+    top.module_utils = package
 
 
 def module_utils(name: str) -> ModuleType:
