@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof clean
+        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -96,6 +96,12 @@ test-scale: venv
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)
+
+# docs/day2.md's sample outputs and the dashboard's screenshot, taken again
+# from the lab (make lab first; it runs the day-2 verifiers, which write
+# instead of compare, and leaves the lab grown to three nodes by scale.yml)
+day2-samples: venv
+	$(BIN)/python tools/day2_samples.py
 
 # The CUDA path proven where a GPU is (tools/gpu_proof.py): prepare the
 # trimmed source, a small model and the stage's build scripts here

@@ -32,7 +32,6 @@ header, the scripts) and prints what it would run; `make unit` runs it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -50,6 +49,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tools"))
+from bundle import sha256_file as sha256  # noqa: E402  pylint: disable=wrong-import-position
 from twinrail.loader import module_utils  # noqa: E402  pylint: disable=wrong-import-position
 
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle"
@@ -76,14 +77,6 @@ TRIM_SUFFIXES = (".gguf", ".png", ".jpg", ".gif", ".mp4", ".wasm")
 
 class ProofError(RuntimeError):
     """A step of the proof failed; the message says which and why."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- prepare ------------------------------------------------------------------------

@@ -18,6 +18,10 @@ from pathlib import Path
 import yaml
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+# docs/day2.md's samples: checked against what the day-2 commands print here
+# (written instead with TWINRAIL_WRITE_SAMPLES=1: make day2-samples)
+sys.path.insert(0, str(PROJECT / "tools"))
+from day2_samples import check as sample  # noqa: E402  pylint: disable=wrong-import-position
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
 MASTER, WORKER, WORKER2 = "twinrail-lab-master", "twinrail-lab-worker1", "twinrail-lab-worker2"
 # the 2-node lab and the same lab grown to three nodes (tests/99_scale)

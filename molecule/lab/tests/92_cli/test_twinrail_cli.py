@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import jsonschema
-from lab_client import PROJECT, lab, wait_available
+from lab_client import PROJECT, lab, sample, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -48,7 +48,9 @@ def test_status_is_health_ok_on_the_converged_lab(host):
     assert proc.stdout.splitlines()[0] == "HEALTH_OK", proc.stdout
     assert "tokens/s over the last minute (Prometheus)" in proc.stdout and "alerts firing: none" in proc.stdout
     assert "every node agrees on the deployed configuration, runtime, guard and weights" in proc.stdout
+    sample("status", proc.stdout)
     proc = twinrail("status", "--json", inventory_last=True)
+    sample("status-json", proc.stdout)
     data = json.loads(proc.stdout)
     jsonschema.validate(data, SCHEMA)
     assert data["health"] == "HEALTH_OK" and [n["name"] for n in data["nodes"]] == ["lab-master", "lab-worker1"]
@@ -89,6 +91,7 @@ def test_logs_show_the_rpc_servers_lines_by_node(host):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines and all(" lab-worker1 twinrail-rpc@198.19." in line for line in lines), lines[:5]
+    sample("logs", proc.stdout)
     proc = twinrail("logs", "--since=-30min")
     nodes = {line.split()[2] for line in proc.stdout.splitlines()}
     assert nodes == {"lab-master", "lab-worker1"}, proc.stdout[-2000:]
@@ -106,6 +109,11 @@ def test_bench_reports_figures_through_the_proxy(host):
     for row in data["levels"]:
         assert row["requests"] >= 2 and row["errors"] == 0 and 0 < row["ttft_p50_s"] <= row["e2e_p50_s"], row
         assert row["aggregate_tps"] > 0 and all(s["tokens"] == 8 for s in row["samples"]), row
+    # as an operator reads it: the same run in words (docs/day2.md's sample)
+    proc = twinrail("bench", "--key-file", str(KEY), "--streams", "2", "--duration", "4", "--tokens", "8",
+                    "--insecure")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sample("bench", proc.stdout)
     proc = twinrail("bench", "--streams", "0")
     assert proc.returncode == 2 and "bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got 0" \
         in proc.stderr
@@ -121,6 +129,7 @@ def test_drill_stop_worker_reports_the_503_and_the_way_back(host):
     proc = twinrail("drill", "stop-worker", "--yes", "--key-file", str(KEY), "--insecure", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     result = json.loads(proc.stdout)
+    sample("drill", proc.stdout)
     assert result["node"] == "lab-worker1" and result["failures"] == [], result
     # the guard's reason is whichever it saw first: the worker's agent gone, or
     # llama-server itself dropping its connections as its RPC servers left

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab_client import LAB2, changed_by_host, inventory_playbook, lab, unit_argv
+from lab_client import LAB2, changed_by_host, inventory_playbook, lab, sample, unit_argv
 
 testinfra_hosts = ["ansible://master"]
 
@@ -44,6 +44,7 @@ def stopped_at(container: str, unit: str) -> int:
 def test_stop_in_reverse_order_then_start_again(host):
     proc = playbook(str(PROJECT / "stop.yml"))
     assert proc.returncode == 0, proc.stdout[-2000:]
+    sample("stop", proc.stdout)
     order = [stopped_at(MASTER, "nginx.service"), stopped_at(MASTER, "twinrail-guard.service"),
              stopped_at(MASTER, "twinrail-llama.service"), stopped_at(WORKER, "twinrail-agent.service"),
              stopped_at(WORKER, "twinrail-rpc@198.19.0.2.service"), stopped_at(WORKER, "twinrail-rpc@198.19.1.2.service")]
@@ -52,6 +53,7 @@ def test_stop_in_reverse_order_then_start_again(host):
     # start.yml: the units as configured, in order, with the health gate
     proc = playbook(str(PROJECT / "start.yml"))
     assert proc.returncode == 0, proc.stdout[-2000:]
+    sample("start", proc.stdout)
     assert "TASK [inference_service : Wait for the guard to find the cluster available]" in proc.stdout
     started = [started_at(WORKER, "twinrail-rpc@198.19.0.2.service"), started_at(WORKER, "twinrail-rpc@198.19.1.2.service"),
                started_at(MASTER, "twinrail-llama.service")]
@@ -140,6 +142,7 @@ def test_rollback_puts_every_node_back_on_the_previous_deployment(host, tmp_path
     # together, on the first configuration and guard, the service answering
     proc = playbook(str(PROJECT / "rollback.yml"), "-e", f"system_backup_rollback_to={before[MASTER][0]}")
     assert proc.returncode == 0, proc.stdout[-3000:]
+    sample("rollback", proc.stdout)
     assert {c: (config_version(c), record(c)["digest"]) for c in before} == before
     assert {c: guard_release(c) for c in before} == {c: first_guard for c in before}
     assert {running_guard(c, u) for c, u in guards} == {first_guard}
@@ -311,6 +314,7 @@ def test_restore_a_node_then_every_stage_runs_again(host):
                         "acceptance_failover_drill": False})
     proc = playbook(str(PROJECT / "restore.yml"), "-e", "system_backup_restore_nodes=lab-worker1", "-e", paths)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    sample("restore", proc.stdout)
     assert "restore: lab-worker1: /etc/debian_version, /etc/systemd/system from system-" in proc.stdout
     assert "restore: lab-master:" not in proc.stdout
     assert subprocess.run(["docker", "exec", WORKER, "sha256sum", "/etc/debian_version"],

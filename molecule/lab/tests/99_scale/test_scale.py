@@ -20,7 +20,7 @@ import json
 import time
 
 from lab_client import (LAB3, MASTER, PROJECT, WORKER, WORKER2, chat, changed_by_host, guard_status, inventory_playbook,
-                        node, recabled, record, rpc_list, unit_pids, wait_available)
+                        node, recabled, record, rpc_list, sample, unit_pids, wait_available)
 
 testinfra_hosts = ["ansible://master"]
 
@@ -51,6 +51,7 @@ def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
     proc = playbook("lab-worker2 added")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "scale: adding lab-worker2; lab-worker1 keep serving" in proc.stdout
+    sample("scale", proc.stdout)
     assert unit_pids(WORKER) == kept  # lab-worker1's RPC servers and agent never restarted
     assert all(unit_pids(WORKER2).values()) and len(unit_pids(WORKER2)) == 3
     assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052,198.19.0.3:50052,198.19.1.3:50052"
