@@ -43,7 +43,7 @@ class ParseError(ValueError):
 # what nvidia-smi says for a unified-memory GPU's framebuffer: "Not
 # Supported" in its table, "[N/A]" in the query form (captures of both)
 # and "N/A" in -q's FB Memory Usage (a GB10 capture, nvtop's pull request 466)
-UNIFIED_READINGS = {"table": ("Not Supported",), "query": ("[N/A]", "[Not Supported]"), "detail": ("N/A",)}
+UNIFIED_READINGS = {"table": ("Not Supported",), "query": ("[N/A]", "[Not Supported]"), "detail": ("N/A", "Not Supported")}
 
 
 def unified_memory(name: str, reading: str, form: str = "table") -> bool:
@@ -319,7 +319,9 @@ def gpu_node_problems(host: str, facts: dict, expected_count: int | None = None,
         if mig and not mig_allowed:
             problems.append(f"{label}: MIG mode is enabled; llama.cpp gets one slice, not the GPU "
                             f"(nvidia-smi -i {gpu['index']} -mig 0, or set twinrail_gpu_mig: true)")
-        pcie = gpu.get("pcie") or {}
+        # a unified-memory GPU (GB10) sits on the CPU's die, not in a slot:
+        # its link figures are no slot's, and are not judged
+        pcie = {} if gpu.get("memory") == "unified" else gpu.get("pcie") or {}
         width, widest = pcie.get("width_current"), pcie.get("width_max")
         wanted = int(min_width) if min_width else widest
         if width is not None and wanted is not None and width < wanted:

@@ -77,6 +77,9 @@ def test_an_idle_gpu_at_gen1_is_not_a_fault_but_its_width_is():
     assert gpu_node_problems("l4", {"detail": detail}, min_width=8) == [
         "l4: GPU 0 (NVIDIA L4, 00000000:01:00.0): PCIe link reaches Gen3 at most, the card is Gen4 (host side "
         "Gen3): a slot, riser or BIOS setting of an older generation"]
+    # the same figures on a GPU whose memory is the CPU's (GB10 sits on the CPU's die, in no slot): not judged
+    detail["gpus"][0].update(name="NVIDIA GB10", memory="unified", memory_total_mib=None)
+    assert gpu_node_problems("spark", {"detail": detail}) == []
 
 
 def test_a_lost_gpu_mig_and_an_unset_count_are_named():
@@ -249,3 +252,16 @@ def test_two_local_gpus_and_an_rpc_servers_kv_are_read():
         ("CPU_Mapped", "model"), ("CUDA0", "model"), ("CUDA1", "model"), ("CUDA0", "KV"), ("CUDA1", "KV")]
     mixed = parse_buffers(read("llama-server_rpc_plus_local_cuda0_kv_buffers_rpc_bracket_issue11614.txt"))
     assert [(b["device"], b["bytes"] >> 20) for b in mixed["buffers"]] == [("RPC[10.2.0.3:9999]", 128), ("CUDA0", 128)]
+
+
+def test_gb10s_framebuffer_in_nvidia_smi_q_reads_as_unified_and_a_discrete_gpus_as_unread():
+    """The FB Memory Usage block of a GB10's nvidia-smi -q (a partial real
+    capture): "N/A" is its unified memory; the same reading on an H100 is
+    memory nvidia-smi could not read."""
+    from gpu_facts import _tree, unified_memory
+
+    block = (FIXTURES / "hardware" / "nvidia-smi_gb10_q_fb_memory_na_nvtop_pr466_partial.txt").read_text()
+    reading = _tree(["    " + line for line in block.splitlines()])["FB Memory Usage/Total"]
+    assert reading == "N/A"
+    assert unified_memory("NVIDIA GB10", reading, "detail")
+    assert not unified_memory("NVIDIA H100 80GB HBM3", reading, "detail")
