@@ -255,9 +255,16 @@ def script_for(prepared: Path, variant: str, arch: str, root: str, jobs: int) ->
 def build(prepared: Path, variant: str, arch: str, root: str, jobs: int, log) -> Path:
     top = WORK / f"build-{variant}"
     top.mkdir(parents=True, exist_ok=True)
-    if not (top / SUBDIR / "CMakeLists.txt").is_file():
-        with tarfile.open(prepared / "llama.cpp.tar.xz") as archive:
+    # the source of this preparation, unpacked again when it changed (a
+    # build directory from another source is not reused)
+    stamp, source = top / "source.sha256", prepared / "llama.cpp.tar.xz"
+    want = sha256(source)
+    if not stamp.is_file() or stamp.read_text().strip() != want:
+        shutil.rmtree(top)
+        top.mkdir(parents=True)
+        with tarfile.open(source) as archive:
             archive.extractall(top)  # noqa: S202  (our own archive, made by prepare)
+        stamp.write_text(want + "\n")
     script = script_for(prepared, variant, arch, root, jobs)
     started = time.monotonic()
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
