@@ -77,12 +77,12 @@ def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
                 "failures": refused}
     failures = gpu_gate(params["facts"], params["cuda_required"])
     for host in sorted(params["facts"]):
-        detail = (params["facts"][host] or {}).get("detail")
-        # the GPUs one by one where the build uses them
-        if detail is not None and host in expected and params["cuda_required"]:
+        facts = params["facts"][host]
+        # the GPUs one by one where the build uses them: -q's reading, the table's where -q says less
+        if facts and host in expected and params["cuda_required"]:
             want = expected[host]
-            failures.extend(f"{host}: {problem}" for problem in detail.get("problems") or [])
-            failures.extend(gpu_node_problems(host, detail, want.get("count"), truthy(want.get("mig")),
+            failures.extend(f"{host}: {problem}" for problem in (facts.get("detail") or {}).get("problems") or [])
+            failures.extend(gpu_node_problems(host, facts, want.get("count"), truthy(want.get("mig")),
                                               want.get("min_width")))
     if failures:
         return {"failed": True, "msg": "preflight: " + "; ".join(failures) + "; nothing was changed",

@@ -123,6 +123,12 @@ def test_the_gate_module_names_node_and_gpu_and_refuses_bad_settings():
     # a CPU build does not judge the GPUs one by one
     assert gpu_gate.judge({"facts": {"gpu-b": facts["gpu-b"]}, "cuda_required": False, "expected": expected},
                           print) == {"changed": False, "failures": []}
+    # MIG read from the table where there is no -q (eight A100s, seven in MIG mode): named through the gate
+    a100 = {"a100": node("nvidia_smi_8x_a100_sxm4_40gb_mig_mixed_450_old_layout.txt")}
+    mig = gpu_gate.judge({"facts": a100, "cuda_required": True, "expected": {"a100": {"count": 8}}}, print)
+    assert len(mig["failures"]) == 7 and all("MIG mode is enabled" in f for f in mig["failures"])
+    assert gpu_gate.judge({"facts": a100, "cuda_required": True,
+                           "expected": {"a100": {"count": 8, "mig": "true"}}}, print)["failures"] == []
     refused = gpu_gate.judge({"facts": facts, "cuda_required": True,
                               "expected": {"gpu-a": {"count": "8x"}}}, print)
     assert refused["msg"] == ("preflight: gpu-a: twinrail_gpu_count: expected a whole number of GPUs, 1 or more "
