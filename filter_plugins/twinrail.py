@@ -325,18 +325,16 @@ def api_key_digests(keys: list[dict]) -> dict:
 
 def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None) -> dict:
     """The runtime build's CMake definitions (module_utils/runtime_build.py)."""
-    return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), _bool(cuda), cuda_archs, _bool(rdma),
-                                                           cuda_root, dict(extra or {}))
+    truthy = module_utils("stage_settings").truthy
+    return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
+                                                           truthy(rdma), cuda_root, dict(extra or {}))
 
 
 def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma) -> list:
     """The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."""
-    return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), _bool(cuda),
-                                                        _bool(rdma))
-
-
-def _bool(value) -> bool:
-    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+    truthy = module_utils("stage_settings").truthy
+    return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), truthy(cuda),
+                                                        truthy(rdma))
 
 
 def host_values(hosts: list[str], hostvars, name: str) -> dict:

@@ -58,7 +58,8 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.gpu_facts import gpu_gate, gpu_node_problems, gpu_settings_problems, truthy
+from ansible.module_utils.gpu_facts import gpu_gate, gpu_node_problems, gpu_settings_problems
+from ansible.module_utils.stage_settings import truthy
 from ansible.module_utils.judge import run_module
 
 

@@ -342,11 +342,6 @@ def _unset(value) -> bool:
     return value is None or value == ""
 
 
-def truthy(value) -> bool:
-    """A YAML or Jinja boolean as Ansible reads one ('false' is false)."""
-    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
-
-
 def gpu_settings_problems(host: str, want: dict) -> list[str]:
     """The per-GPU settings of one host, read as the gate reads them: one
     sentence per bad value, naming the variable, the host and the form."""

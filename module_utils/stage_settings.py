@@ -112,7 +112,7 @@ RULES = {
         (("rdma_network_roce_tos",), between(0, 255), "0 to 255"),
         (("rdma_network_ping_count",), at_least(1), "at least 1"),
         (("rdma_network_vendor_stack", "rdma_network_vendor_repo"),
-         lambda stack, repo: not _truthy(stack) or bool(repo), "a vendor repository set when the vendor stack is on"),
+         lambda stack, repo: not truthy(stack) or bool(repo), "a vendor repository set when the vendor stack is on"),
     ],
     "bandwidth": [
         (("bandwidth_gate_min_ratio",), lambda v: above(0)(v) and _number(v) <= 1,
@@ -152,7 +152,7 @@ RULES = {
         (("acceptance_long_context_chars",), at_least(1000), "at least 1000 characters"),
         (("acceptance_prefill_chars",), at_least(100), "at least 100 characters"),
         (("acceptance_max_memory_growth_pct",), above(0), "above 0 %"),
-        (("acceptance_failover_drill", "twinrail_rails"), lambda drill, rails: not _truthy(drill) or bool(rails),
+        (("acceptance_failover_drill", "twinrail_rails"), lambda drill, rails: not truthy(drill) or bool(rails),
          "rails on the master for the failover drill"),
         (("acceptance_min_single_decode_tps",), at_least(0, float), "0 or more tokens/s (0: measured, not gated)"),
         (("acceptance_min_aggregate_decode_tps",), at_least(0, float), "0 or more tokens/s (0: measured, not gated)"),
@@ -196,7 +196,8 @@ RULES = {
 }
 
 
-def _truthy(value) -> bool:
+def truthy(value) -> bool:
+    """A YAML, Jinja or -e boolean as Ansible reads one ('false' is false)."""
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.gpu_facts import gpu_settings_problems
+
 MIB = 1 << 20
 
 # "load_tensors: RPC0[198.19.0.2:50052] model buffer size = 12.34 MiB",
@@ -152,13 +154,11 @@ def plan_split(master: str, workers: list[str], rails: dict, port: int, layers: 
 
 
 def _gpu_count(host: str, value) -> int:
-    """twinrail_gpu_count read for the split: unset is one device."""
-    if value is None or value == "":
-        return 1
-    if isinstance(value, bool) or not str(value).strip().isdigit() or int(value) < 1:
-        raise ValueError(f"{host}: twinrail_gpu_count: expected a whole number of GPUs, 1 or more (or unset), "
-                         f"got {value!r}")
-    return int(value)
+    """twinrail_gpu_count read for the split, by the GPU gate's rule: unset is one device."""
+    problems = gpu_settings_problems(host, {"count": value})
+    if problems:
+        raise ValueError(problems[0])
+    return 1 if value is None or value == "" else int(value)
 
 
 def parse_buffers(text: str) -> dict:
