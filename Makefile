@@ -79,11 +79,17 @@ unit: venv bundle
 	# one worker per core: the tests are independent (tmp_path, local plays)
 	python -m pytest -q -n auto tests
 
-# one lab, one pass (molecule/lab/molecule.yml): check on the fresh nodes,
-# converge, a second run with changed=0, the verifiers in stage order, the
-# drills, day 2; each playbook prints its time (ansible.posix.timer), the
-# verifier its slowest tests. One stage alone: molecule test -s <stage>.
+# one lab, one pass (molecule/lab/molecule.yml): a fresh lab (a lab left
+# over is removed first), README's quick start on it (twinrail init writes
+# inventory/labsite/ and its vault: tools/lab_quickstart.py), then on that
+# site check on the fresh nodes, converge, a second run with changed=0, the
+# verifiers in stage order, the drills, day 2; each playbook prints its
+# time (ansible.posix.timer), the verifier its slowest tests. One stage
+# alone: molecule test -s <stage> (on inventory/lab).
 molecule: prereqs venv bundle
+	$(BIN)/python tools/lab.py down
+	$(BIN)/python tools/lab.py up
+	$(BIN)/python tools/lab_quickstart.py
 	molecule test -s lab
 
 # scale.yml on the converged lab (make lab first): a second worker added,

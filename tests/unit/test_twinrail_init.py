@@ -143,3 +143,39 @@ def test_the_vault_password_file_is_taken_before_or_after_init(tmp_path, monkeyp
     assert main.main(["--vault-password-file", str(password)] + argv[:1] + ["lab3"] + argv[2:]) == 2
     assert "readable by others (mode 644); chmod 600 it" in capsys.readouterr().err
     assert not any((tmp_path / "inventory" / "lab3").glob("**/*.yml"))
+
+
+def test_the_lab_quick_start_is_inits_command_for_inventory_lab(tmp_path, monkeypatch, capsys):
+    """docs/development.md's block, which `make molecule` runs on the fresh
+    lab (tools/lab_quickstart.py), is a `twinrail init` the CLI accepts for
+    inventory/lab's nodes and addresses, and copies the lab's settings
+    beside what it writes: the block and the inventory cannot drift apart."""
+    import shlex
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import lab_quickstart  # pylint: disable=import-outside-toplevel
+
+    block = lab_quickstart.block((REPO / "docs" / "development.md").read_text())
+    commands = [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
+    commands = [c for c in commands if c]
+    assert [c[0] for c in commands] == [".venv/bin/twinrail", "cp"], commands
+    init = commands[0][1:]
+    lab_hosts = {name: yaml.safe_load((REPO / "inventory" / "lab" / "host_vars" / f"{name}.yml").read_text())
+                 for name, _ in NODES}
+    nodes = [arg.split("=", 1) for prev, arg in zip(init, init[1:]) if prev == "--node"]
+    assert nodes == [[name, lab_hosts[name]["ansible_host"]] for name, _ in NODES]
+    assert init[:2] == ["init", lab_quickstart.SITE]
+    # what the CLI makes of it, on the lab's captured boxes with bare rails
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    bare = bare_rails("lab-master", "lab-worker1")
+    monkeypatch.setattr(site, "discover", lambda host, *a, **k: bare[dict((b, a) for a, b in NODES)[host]])
+    assert main.main(init + ["--root", str(tmp_path / "inventory")]) == 0, capsys.readouterr().err
+    for name, _ in NODES:
+        written = yaml.safe_load((tmp_path / "inventory" / "labsite" / "host_vars" / f"{name}.yml").read_text())
+        assert [r["address"] for r in written["twinrail_rails"]] == [
+            r["address"] for r in lab_hosts[name]["twinrail_rails"]]
+    copied = commands[1][1:]
+    assert copied[-1] == "inventory/labsite/group_vars/cluster/"
+    assert sorted(copied[:-1]) == sorted(f"inventory/lab/group_vars/cluster/{p.name}" for p in
+                                         (REPO / "inventory" / "lab" / "group_vars" / "cluster").glob("*.yml"))

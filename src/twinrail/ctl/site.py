@@ -292,6 +292,14 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
     return {"problems": [], "hosts": out}
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint's default asks (an
+    operator may lint their inventory with the project's settings)."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
 def write_site(site_dir: Path, example: Path, profile_name: str, nodes: list[tuple[str, str]], decided: dict,
                connection: dict) -> list[str]:
     """inventory/<site>/ from the example's cluster settings and what was
@@ -306,7 +314,8 @@ def write_site(site_dir: Path, example: Path, profile_name: str, nodes: list[tup
     written = []
 
     def put(path: Path, head: str, data) -> None:
-        path.write_text("---\n" + head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        path.write_text("---\n" + head + yaml.dump(data, Dumper=_IndentedDumper, sort_keys=False,
+                                                     default_flow_style=False))
         written.append(str(path))
 
     put(site_dir / "hosts.yml", "# made by `twinrail init`: the first node is the master\n", hosts)

@@ -9,11 +9,19 @@ silent) and whether it serves (degraded: a rail left out), the refusals by reaso
 watermarks (the same figures the watermarks use), the requests generating
 and queued, and the KV cache held by llama-server's slots (current
 llama.cpp has no KV-cache gauge of its own: it is read from ``/slots``).
+
+And what clients see (``Traffic``): every request the guard answers, by
+status (2xx, 4xx, 429, 5xx, 503 with its reason), histograms of the time to
+the first token of a streamed generation and of a generation's whole time
+(queue included, as the client waits), and the tokens generated, read from
+the ``timings`` object llama-server ends every answer with.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import threading
 
 WORKER_STATES = ("up", "stopped", "gone", "silent")
 REFUSAL_REASONS = ("worker_lost", "recovering", "memory_soft", "memory_hard", "queue_full")
@@ -45,6 +53,101 @@ def refusal_reason(status: int, reason: str) -> str | None:
     if reason.startswith("memory above the soft"):
         return "memory_soft"
     return None
+
+
+# seconds: the first token of a streamed generation, and a whole generation
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# a 503's reasons: the guard's refusals, then llama-server's own failures
+SERVICE_UNAVAILABLE_REASONS = ("worker_lost", "recovering", "memory_soft", "memory_hard", "llama_server")
+_PREDICTED = re.compile(rb'"predicted_n"\s*:\s*(\d+)')
+# what of an answer's end is kept to read its timings (llama.cpp's final
+# /completion object repeats its generation settings: about 2 KiB)
+TAIL_BYTES = 8192
+
+
+def status_code(status: int) -> str:
+    """The status label of an answer: 429 and 503 on their own, the rest by
+    class (2xx, 4xx, 5xx)."""
+    return str(status) if status in (429, 503) else f"{status // 100}xx"
+
+
+def unavailable_reason(reason: str) -> str:
+    """A 503's reason label: the guard's refusal it was, or llama_server
+    (llama-server answered 503, or stopped answering mid-way)."""
+    kind = refusal_reason(503, reason)
+    return kind if kind in SERVICE_UNAVAILABLE_REASONS else "llama_server"
+
+
+def generated_tokens(tail: bytes) -> int | None:
+    """Tokens generated, from the end of llama-server's answer: the last
+    ``"predicted_n": N`` of its ``timings`` (every answer, streamed or not,
+    chat or raw completion, ends with them); None when absent (an error, an
+    answer cut short)."""
+    found = _PREDICTED.findall(tail)
+    return int(found[-1]) if found else None
+
+
+class Histogram:
+    """A Prometheus histogram: cumulative counts per upper bound, sum, count."""
+
+    def __init__(self, buckets: tuple[float, ...]):
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+
+class Traffic:
+    """What the guard's clients saw, for the one model it serves."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self.lock = threading.Lock()
+        self.responses: dict[tuple[str, str], int] = {}
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.duration = Histogram(DURATION_BUCKETS)
+        self.tokens = 0
+
+    def record(self, status: int, reason: str = "", *, duration: float | None = None,
+               ttft: float | None = None, tokens: int | None = None) -> None:
+        """One answer: its status (and a 503's reason), a generation's
+        seconds, a streamed one's seconds to its first token, its tokens."""
+        code = status_code(status)
+        why = unavailable_reason(reason) if status == 503 else ""
+        with self.lock:
+            self.responses[(code, why)] = self.responses.get((code, why), 0) + 1
+            if duration is not None:
+                self.duration.observe(duration)
+            if ttft is not None:
+                self.ttft.observe(ttft)
+            if tokens:
+                self.tokens += tokens
+
+    def families(self, out: "Exposition") -> None:
+        with self.lock:
+            model = {"model": self.model}
+            responses = sorted(self.responses.items())
+            out.family("twinrail_guard_responses", "counter",
+                       "requests the guard answered, by status: 2xx, 4xx, 429, 5xx, 503 with its reason (the "
+                       "guard's refusal, or llama_server: it failed or stopped answering)",
+                       [({**model, "code": code, "reason": why}, n) for (code, why), n in responses])
+            out.histogram("twinrail_guard_time_to_first_token_seconds",
+                          "seconds from a streamed generation's arrival (its wait for a slot included) to its "
+                          "first token", [(model, self.ttft)])
+            out.histogram("twinrail_guard_request_duration_seconds",
+                          "seconds from a generation's arrival (its wait for a slot included) to its last byte",
+                          [(model, self.duration)])
+            out.family("twinrail_guard_generated_tokens", "counter",
+                       "tokens generated for the guard's clients (llama-server's timings)",
+                       [(model, self.tokens)])
 
 
 def kv_cache(slots: list[dict] | None) -> dict | None:
@@ -102,13 +205,28 @@ class Exposition:
             label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
             self.lines.append(f"{name}{{{label_text}}} {_number(value)}" if label_text else f"{name} {_number(value)}")
 
+    def histogram(self, name: str, help_text: str, samples) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} histogram")
+        for labels, hist in samples:
+            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            sep = "," if label_text else ""
+            for bound, count in zip(hist.buckets, hist.counts):
+                self.lines.append(f'{name}_bucket{{{label_text}{sep}le="{bound!r}"}} {count}')
+            self.lines.append(f'{name}_bucket{{{label_text}{sep}le="+Inf"}} {hist.count}')
+            self.lines.append(f"{name}_sum{{{label_text}}} {_number(float(hist.sum))}" if label_text
+                              else f"{name}_sum {_number(float(hist.sum))}")
+            self.lines.append(f"{name}_count{{{label_text}}} {hist.count}" if label_text
+                              else f"{name}_count {hist.count}")
+
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 
 
-def render(status: dict, refusals: dict[str, int], kv: dict | None) -> str:
+def render(status: dict, refusals: dict[str, int], kv: dict | None, traffic: Traffic | None = None) -> str:
     """The exposition of the guard's ``status()`` (the same dict
-    ``/twinrail/status`` answers), its refusal counters and the KV cache."""
+    ``/twinrail/status`` answers), its refusal counters, the KV cache and
+    what its clients saw."""
     out = Exposition()
     workers = status["workers"]
     out.family("twinrail_guard_worker_state", "gauge",
@@ -166,4 +284,6 @@ def render(status: dict, refusals: dict[str, int], kv: dict | None) -> str:
                    [({"slot": str(s["id"])}, s["tokens"]) for s in kv["slots"]])
     out.family("twinrail_guard_slots_answer", "gauge", "1 when llama-server's /slots answered this scrape",
                [({}, kv is not None)])
+    if traffic is not None:
+        traffic.families(out)
     return out.text()
