@@ -67,7 +67,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 16 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 24 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -392,3 +392,70 @@ def test_a_retention_in_words_is_refused_naming_the_variable_and_the_host(tmp_pa
     proc = render_configs(tmp_path, expect_failure=True, monitoring_retention_time="30 days")
     assert "monitoring: lab-master: monitoring_retention_time: expected a Prometheus duration (30d), got " \
            "'30 days'; nothing was changed" in proc.stdout, proc.stdout[-2000:]
+
+
+SERVICE = dict(LAB, monitoring_service_window="30s")
+GUARD = 'instance="127.0.0.1:8081", job="guard", model="m", node="lab-master"'
+
+
+def test_a_high_error_ratio_fires_and_refusals_for_a_full_queue_do_not(tmp_path):
+    """Answers every 5 s (the lab's scrape): 10 good ones and 50 429s each
+    time, then 10 503s (a worker lost) beside them from 60 s: 1 in 7 fails.
+    The 429s alone (the queue's own alert) are no error."""
+    rules = render_rules(tmp_path, **SERVICE)
+    good = {"series": f'twinrail_guard_responses_total{{{GUARD}, code="2xx", reason=""}}', "values": "0+10x40"}
+    full = {"series": f'twinrail_guard_responses_total{{{GUARD}, code="429", reason=""}}', "values": "0+50x40"}
+    lost = {"series": f'twinrail_guard_responses_total{{{GUARD}, code="503", reason="worker_lost"}}',
+            "values": "0x12 0+10x28"}
+    firing = [{"exp_labels": {"severity": "warning", "model": "m"},
+               "exp_annotations": {
+                   "summary": "14.29% of the requests for m fail",
+                   "description": "Over the last 30s, more than 0.05 of the answers were 5xx or 503 (the guard's "
+                                  "refusals by reason: twinrail_guard_responses_total). twinrail status says why "
+                                  "the guard refuses."}}]
+    ratio = [{"expr": "twinrail:responses:error_ratio", "eval_time": "150s",
+              "exp_samples": [{"labels": 'twinrail:responses:error_ratio{model="m"}', "value": 1 / 7}]}]
+    result = rule_test(tmp_path, rules, [good, full, lost], [
+        {"eval_time": "55s", "alertname": "TwinrailErrorRateHigh", "exp_alerts": []},
+        {"eval_time": "150s", "alertname": "TwinrailErrorRateHigh", "exp_alerts": firing}], ratio)
+    assert result.returncode == 0, result.stdout + result.stderr
+    quiet = rule_test(tmp_path, rules, [good, full], [
+        {"eval_time": "150s", "alertname": "TwinrailErrorRateHigh", "exp_alerts": []}])
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    # the test can fail: the alert expected before the 503s began is refused
+    early = rule_test(tmp_path, rules, [good, full, lost], [
+        {"eval_time": "55s", "alertname": "TwinrailErrorRateHigh", "exp_alerts": firing}])
+    assert early.returncode != 0
+
+
+def test_a_slow_first_token_at_p99_fires_and_a_fast_one_does_not(tmp_path):
+    """The guard's first-token histogram: every streamed request within
+    1 s, then from 60 s one in ten takes 30 to 60 s (p99 past the 30 s
+    bound: histogram_quantile interpolates inside the (30, 60] bucket)."""
+    rules = render_rules(tmp_path, **SERVICE)
+    name = "twinrail_guard_time_to_first_token_seconds_bucket"
+    fast = "0+9x40"
+    series = []
+    for bound in ("0.5", "1.0", "2.5", "5.0", "10.0", "30.0"):
+        series.append({"series": f'{name}{{{GUARD}, le="{bound}"}}', "values": fast})
+    for bound in ("60.0", "+Inf"):
+        series.append({"series": f'{name}{{{GUARD}, le="{bound}"}}', "values": "0+10x40"})
+    # before 60 s, the (30, 60] bucket holds nothing: the 60 and +Inf bounds count 9 a step there
+    series[-2]["values"] = series[-1]["values"] = "0+9x12 117+10x28"
+    firing = [{"exp_labels": {"severity": "warning", "model": "m"},
+               "exp_annotations": {
+                   "summary": "m: p99 of the first token is 57s",
+                   "description": "Over the last 30s, one streamed request in a hundred waited more than 30 s for "
+                                  "its first token (its wait for a slot included): long prompts, a deep queue, or a "
+                                  "slower cluster than its acceptance baseline."}}]
+    result = rule_test(tmp_path, rules, series, [
+        {"eval_time": "55s", "alertname": "TwinrailFirstTokenSlow", "exp_alerts": []},
+        {"eval_time": "150s", "alertname": "TwinrailFirstTokenSlow", "exp_alerts": firing}],
+        [{"expr": "twinrail:time_to_first_token_seconds:p50", "eval_time": "150s",
+          "exp_samples": [{"labels": 'twinrail:time_to_first_token_seconds:p50{model="m"}', "value": 0.2777777777777778}]}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the test can fail: with every request fast, the same alert expected is refused
+    fast_only = [dict(s, values=fast) for s in series]
+    refused = rule_test(tmp_path, rules, fast_only, [
+        {"eval_time": "150s", "alertname": "TwinrailFirstTokenSlow", "exp_alerts": firing}])
+    assert refused.returncode != 0

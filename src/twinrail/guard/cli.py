@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--keys", required=True, help="the API keys' digests (JSON); '' for none")
     proxy.add_argument("--queue-max", type=int, required=True,
                        help="requests waiting for a slot at most, past it 429; -1 for no cap")
+    proxy.add_argument("--model", default="",
+                       help="the served model's name: the label of the traffic's metrics (default unknown)")
     # serving on fewer rails (rails.py): all four, or none (every rail always serves)
     proxy.add_argument("--rpc-servers", default="", help="llama-server's --rpc list (the configuration's)")
     proxy.add_argument("--split", default="", help="its --tensor-split proportions (the configuration's)")

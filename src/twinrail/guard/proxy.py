@@ -34,7 +34,7 @@ class Guard:
                  keys: access.Keys | None = None, queue_max: int | None = None,
                  rails: list[rails_mod.Rail] | None = None, master_share: float | None = None,
                  degrade_after: float = 0.0, restore_after: float = 0.0, override: str | None = None,
-                 drain_limit: float = 60.0):
+                 drain_limit: float = 60.0, model: str = ""):
         self.workers = workers  # (host, rail address)
         self.agent_port = agent_port
         self.upstream = upstream
@@ -55,6 +55,7 @@ class Guard:
         self.last_kill = 0.0
         self.events: list[dict] = []
         self.refusals: dict[str, int] = {}  # by metrics.REFUSAL_REASONS
+        self.traffic = metrics.Traffic(model or "unknown")  # what the clients saw
         # serving on fewer rails (rails.py): without rails, every worker rail serves, always
         self.rails = rails or []
         self.master_share = master_share
@@ -181,7 +182,8 @@ class Guard:
         with self.lock:
             refusals = dict(self.refusals)
         slots = self.slots_now()
-        return metrics.render(status, refusals, metrics.kv_cache(slots if isinstance(slots, list) else None))
+        return metrics.render(status, refusals, metrics.kv_cache(slots if isinstance(slots, list) else None),
+                              self.traffic)
 
     def limit(self) -> int:
         # past the soft watermark, one generation at a time
@@ -416,14 +418,36 @@ def make_proxy_handler(guard: Guard):
         def do_OPTIONS(self):
             self.proxy()
 
+        def send_response(self, code, message=None):
+            self.answered = code  # what the client got, for the traffic's counters
+            super().send_response(code, message)
+
         def refuse(self, reason: str, status: int = 503) -> None:
             guard.count_refusal(status, reason)
+            self.failure = reason
             if status == 429:
                 self.send_json(429, error_body(reason, 429, "rate_limit_exceeded"), {"Retry-After": "2"})
             else:
                 self.send_json(503, error_body(reason), {"Retry-After": "10"})
 
         def proxy(self):
+            """The request, counted in the traffic's metrics (all but the
+            guard's own health, status and metrics)."""
+            started = time.monotonic()
+            self.answered, self.failure, self.first_byte, self.tail = None, None, None, b""
+            try:
+                self.answer()
+            finally:
+                if self.answered is not None and self.path != "/health" and not self.path.startswith("/twinrail/"):
+                    generation = self.command == "POST"
+                    status = 503 if self.failure and self.answered == 200 else self.answered  # a stream cut short
+                    guard.traffic.record(
+                        status, self.failure or "",
+                        duration=time.monotonic() - started if generation else None,
+                        ttft=self.first_byte - started if generation and self.first_byte is not None else None,
+                        tokens=metrics.generated_tokens(self.tail) if generation and status < 300 else None)
+
+        def answer(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             who = access.caller(self.headers, guard.keys)
@@ -519,13 +543,17 @@ def make_proxy_handler(guard: Guard):
                             self.end_headers()
                     elif kind == "data":
                         if streaming:
+                            if self.first_byte is None:
+                                self.first_byte = time.monotonic()  # the first token's event
                             self.wfile.write(value)
                             self.wfile.flush()
+                            self.tail = (self.tail + value)[-metrics.TAIL_BYTES:]
                         else:
                             buffered.append(value)
                     elif kind == "end":
                         if not streaming:
                             data = b"".join(buffered)
+                            self.tail = data[-metrics.TAIL_BYTES:]
                             self.send_response(status)
                             for key, val in out_headers:
                                 self.send_header(key, val)
@@ -553,6 +581,7 @@ def make_proxy_handler(guard: Guard):
 
         def end_with(self, reason: str, streaming: bool) -> None:
             if streaming:
+                self.failure = reason
                 self.wfile.write(b"data: " + json.dumps(error_body(reason)).encode() + b"\n\n")
                 self.wfile.flush()
                 self.close_connection = True
@@ -592,7 +621,7 @@ def run_proxy(args) -> None:
                   probe_timeout=args.probe_timeout, restart_grace=args.restart_grace,
                   keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None,
                   rails=rails, master_share=master_share, degrade_after=args.degrade_after or 0.0,
-                  restore_after=args.restore_after or 0.0, override=args.override)
+                  restore_after=args.restore_after or 0.0, override=args.override, model=args.model)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))

@@ -1,6 +1,6 @@
 """The monitoring stage on the converged lab: every target up in
 Prometheus, the retention in effect, data behind each of the dashboard's
-six panels (Prometheus's own API, through the proxy), node_exporter
+eight panels (the seed's six, latency and errors; Prometheus's own API, through the proxy), node_exporter
 reachable from the master only, the dashboard drawn in headless Chromium,
 401 without an account; then drills (a stopped worker RPC server, a cut
 rail, a memory hog past the soft watermark), each raising its alert at the
@@ -62,7 +62,7 @@ def test_every_target_is_up_and_the_retention_is_the_inventorys(host):
     assert flags["storage.tsdb.retention.time"] == "30d" and flags["storage.tsdb.retention.size"] == "1GiB"
     assert flags["web.listen-address"] == "127.0.0.1:9090"
     groups = {g["name"]: len(g["rules"]) for g in api("/monitoring/api/v1/rules")["data"]["groups"]}
-    assert groups == {"twinrail-rails": 3, "twinrail-alerts": 13}
+    assert groups == {"twinrail-rails": 3, "twinrail-service": 6, "twinrail-alerts": 15}
 
 
 def panel_queries() -> list[tuple[str, str]]:
@@ -70,11 +70,11 @@ def panel_queries() -> list[tuple[str, str]]:
     text = (PROJECT / "roles" / "monitoring" / "files" / "dashboard" / "dashboard.js").read_text()
     panels = re.findall(r'\{id: "(\w+)", title:.*?queries: \[(.*?)\]\}', text, re.S)
     out = [(pid, json.loads(f'"{q}"')) for pid, body in panels for q in re.findall(r'q: "((?:[^"\\]|\\.)*)"', body)]
-    assert len({pid for pid, _ in out}) == 6, out
+    assert len({pid for pid, _ in out}) == 8, out
     return out
 
 
-def test_each_of_the_six_panels_has_data(host):
+def test_each_of_the_eight_panels_has_data(host):
     for _ in range(3):  # some tokens, so the rates have something to show
         assert chat(tokens=16)[0] == 200
     time.sleep(12)  # two scrapes after them
@@ -147,7 +147,7 @@ def test_the_dashboard_draws_its_panels_in_chromium(host):
         finally:
             browser.close()
     print(f"dashboard: {panels}; workers: {workers!r}; screenshot {SHOTS / 'twinrail-dashboard.png'}")
-    assert len(panels) == 6
+    assert len(panels) == 8
     assert all(state == "drawn" and points > 0 for _, state, points in panels), panels
     assert "lab-worker1 198.19.0.2: up" in workers and "lab-worker1 198.19.1.2: up" in workers
 

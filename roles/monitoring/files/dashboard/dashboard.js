@@ -1,4 +1,5 @@
-// twinrail's dashboard: the seed's six panels from Prometheus's HTTP API
+// twinrail's dashboard: the seed's six panels, and what clients see (latency,
+// errors), from Prometheus's HTTP API
 // (through the proxy: api/ under this page is Prometheus's /api/), drawn
 // with uPlot, over a chosen window; and the cluster at a glance.
 // Each panel says how it was drawn (data-state, data-series, data-points)
@@ -26,6 +27,16 @@ const PANELS = [
    queries: [
      {q: "twinrail_guard_requests_waiting", label: () => "guard queue"},
      {q: "llamacpp:requests_deferred", label: () => "llama-server deferred"}]},
+  {id: "latency", title: "Latency (s): first token and whole request, p50 and p99", unit: "s",
+   queries: [
+     {q: "twinrail:time_to_first_token_seconds:p50", label: m => "first token p50"},
+     {q: "twinrail:time_to_first_token_seconds:p99", label: m => "first token p99"},
+     {q: "twinrail:request_duration_seconds:p50", label: m => "request p50"},
+     {q: "twinrail:request_duration_seconds:p99", label: m => "request p99"}]},
+  {id: "errors", title: "Errors (% of answers: 5xx and 503) and answers/s by status", unit: "",
+   queries: [
+     {q: "100 * twinrail:responses:error_ratio", label: m => "errors %"},
+     {q: "twinrail:responses:rate", label: m => m.code + "/s"}]},
 ];
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 let windowSeconds = 900;
