@@ -464,6 +464,20 @@ def weights_controller_sources(sets: list[dict]) -> dict:
     return out
 
 
+def model_on_master(model: dict, sets: list[dict], model_file: str) -> str:
+    """The model's first GGUF file on the master, when its figures must be
+    read there: twinrail_model names no GGUF on the controller, and the set
+    that serves it (twinrail_weights' entry of twinrail_model.name) comes
+    from the master. "" otherwise (the figures come from the controller's
+    GGUF, or from the inventory)."""
+    if (model or {}).get("gguf") or not model_file:
+        return ""
+    served = next((s for s in sets or [] if s.get("model") == (model or {}).get("name")), None)
+    if not served or served.get("source") != "master":
+        return ""
+    return os.path.join(str(served.get("path", "")), str(model_file))
+
+
 def weights_controller_bytes(sets: list[dict]) -> int:
     """The bytes of every file of the sets kept on the controller (as
     twinrail_weights_controller_sources lists them), for preflight's disk
@@ -515,6 +529,7 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_units_restarted": units_restarted,
             "twinrail_weights_controller_sources": weights_controller_sources,
             "twinrail_weights_controller_bytes": weights_controller_bytes,
+            "twinrail_model_on_master": model_on_master,
             "twinrail_setting_names": setting_names,
             "twinrail_setting_problems": setting_problems,
         }

@@ -72,6 +72,20 @@ options:
     description: The fraction of each GPU's memory the plan may use (twinrail_gpu_memory_utilization).
     type: float
     default: 0.9
+  gguf_headers:
+    description:
+      - >-
+        The headers of the model's GGUF files as C(gguf_header) cut them on
+        the node that holds them (the master, when the served set's source
+        is C(master)); the figures are read from them when C(model.gguf)
+        names no file on the controller.
+    type: list
+    elements: dict
+    default: []
+  gguf_where:
+    description: Where those headers were cut (node and path), for the messages.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -108,7 +122,7 @@ plan:
 
 import os
 
-from ansible.module_utils.gguf_figures import GGUFError, cached_model_figures
+from ansible.module_utils.gguf_figures import GGUFError, cached_model_figures, figures_from_headers
 from ansible.module_utils.memory_plan import plan
 from ansible.module_utils.judge import run_module
 
@@ -126,6 +140,8 @@ ARGUMENT_SPEC = {
     "gpus": {"type": "dict", "default": {}},
     "cuda": {"type": "bool", "default": False},
     "gpu_utilization": {"type": "float", "default": 0.9},
+    "gguf_headers": {"type": "list", "elements": "dict", "default": []},
+    "gguf_where": {"type": "str", "default": ""},
 }
 
 
@@ -150,6 +166,14 @@ def judge(params: dict, warn) -> dict:
         for key in FROM_GGUF:
             model[key] = figures[key]
         source = gguf
+    elif params.get("gguf_headers"):
+        try:
+            figures = figures_from_headers(params["gguf_headers"], params.get("gguf_where") or "")
+        except GGUFError as exc:
+            return {"failed": True, "msg": f"preflight: {exc}"}
+        for key in FROM_GGUF:
+            model[key] = figures[key]
+        source = f"{params['gguf_where']} ({figures['files']} file(s), their headers)"
     memory = {}
     for host, mib in params["memory_mb"].items():
         try:

@@ -3,13 +3,19 @@
 
 Reads the header and tensor table with the ``gguf`` package (the reader
 llama.cpp publishes); the weights themselves are memory-mapped, not read.
+A model on a node is read from its headers, cut there (gguf_cut.py).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import tempfile
+import zlib
+
+from ansible.module_utils.gguf_cut import HeaderError, shards
 
 
 class GGUFError(Exception):
@@ -25,23 +31,40 @@ def _field(reader, key: str, required: bool = True):
     return field.contents()
 
 
-def model_figures(path: str) -> dict:
-    """params_b, bits_per_param, layers, kv_heads, head_dim, context_length."""
+def _reader(path: str):
     try:
         from gguf import GGUFReader  # pylint: disable=import-outside-toplevel
     except ImportError as exc:  # pragma: no cover - depends on the controller
         raise GGUFError("the 'gguf' Python package is missing on the controller "
                         "(it is in requirements.txt)") from exc
     try:
-        reader = GGUFReader(path, "r")
+        return GGUFReader(path, "r")
     except (OSError, ValueError) as exc:
         raise GGUFError(f"cannot read {path} as GGUF: {exc}") from exc
+
+
+def model_figures(path: str) -> dict:
+    """params_b, bits_per_param, layers, kv_heads, head_dim, context_length
+    of the model whose (first) file is path. A split model's metadata is in
+    its first file, and each file holds its own part of the tensor table:
+    the parameters and bytes are summed over every file."""
+    try:
+        files = shards(path)
+    except HeaderError as exc:
+        raise GGUFError(str(exc)) from exc
+    reader = _reader(files[0])
+    count = _field(reader, "split.count", required=False)
+    if count is not None and int(count) != len(files):
+        raise GGUFError(f"{path}: its metadata says split.count {count}, and its name says {len(files)} file(s)")
     arch = _field(reader, "general.architecture")
     heads = int(_field(reader, f"{arch}.attention.head_count"))
     key_length = _field(reader, f"{arch}.attention.key_length", required=False)
     embedding = int(_field(reader, f"{arch}.embedding_length"))
-    params = sum(int(t.n_elements) for t in reader.tensors)
-    size = sum(int(t.n_bytes) for t in reader.tensors)
+    params = size = 0
+    for number, name in enumerate(files):
+        part = reader if number == 0 else _reader(name)
+        params += sum(int(t.n_elements) for t in part.tensors)
+        size += sum(int(t.n_bytes) for t in part.tensors)
     if params == 0:
         raise GGUFError(f"{path} has no tensors")
     return {
@@ -55,7 +78,30 @@ def model_figures(path: str) -> dict:
                         or heads),
         "head_dim": int(key_length) if key_length else embedding // heads,
         "context_length": int(_field(reader, f"{arch}.context_length")),
+        "files": len(files),
     }
+
+
+def figures_from_headers(headers: list[dict], where: str) -> dict:
+    """model_figures of a model read elsewhere (gguf_cut.cut on the node
+    that holds it): each file's header at the start of a sparse file of
+    that file's size, read by the gguf package's own reader."""
+    if not headers:
+        raise GGUFError(f"{where}: no GGUF header was read")
+    with tempfile.TemporaryDirectory(prefix="twinrail-gguf-") as folder:
+        for entry in headers:
+            name = os.path.basename(entry["file"])
+            try:
+                header = zlib.decompress(base64.b64decode(entry["header"]))
+            except (ValueError, zlib.error) as exc:
+                raise GGUFError(f"{where}: {name}: the header came back damaged ({exc})") from exc
+            with open(os.path.join(folder, name), "wb") as handle:
+                handle.write(header)
+                handle.truncate(int(entry["size"]))
+        try:
+            return model_figures(os.path.join(folder, os.path.basename(headers[0]["file"])))
+        except GGUFError as exc:
+            raise GGUFError(str(exc).replace(folder, where)) from exc
 
 
 def cached_model_figures(path: str, cache_dir: str | None = None) -> dict:

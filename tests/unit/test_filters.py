@@ -38,7 +38,7 @@ def test_the_ansible_plugin_loader_finds_every_filter():
             "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes",
             "twinrail_setting_names", "twinrail_setting_problems", "twinrail_measure",
             "twinrail_packages_missing", "twinrail_host_values", "twinrail_runtime_cmake",
-            "twinrail_runtime_link_allowlist"}
+            "twinrail_runtime_link_allowlist", "twinrail_model_on_master"}
 
 
 def test_the_settings_filters_name_only_the_broken_rules():

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""`make bench-split`: what distribution and the proxies cost per token, on
+the converged lab (`make lab`), in one run, each figure with its ratio to a
+baseline measured in the same run.
+
+On the master (tools/bench_split_node.py, copied there):
+
+- `llama-bench` alone, at llama-server's own thread count (the unit's
+  `--threads`), on the same model: prefill and decode tokens/s of one
+  sequence, all layers on the master;
+- the serving llama-server itself, with the cluster's `--rpc` layout, on
+  loopback (127.0.0.1:8080);
+- the same through the guard (127.0.0.1:8081);
+- the same through nginx and the guard (https://127.0.0.1:443, an API key);
+
+each at 1 and at 4 concurrent streams (streamed /v1/completions, exactly
+--tokens generated, the prompt never cached), taken twice in turn so a busy
+moment of the shared cores costs every path alike; the medians are shown.
+Then the guard's relay alone: a stand-in upstream stamps each chunk with
+the time it sent it, and a second guard (the running one's command line on
+other ports) relays it: the latency it adds per chunk at p50 and p99.
+
+    tools/bench_split.py [--tokens 64] [--words 160] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NODE_SCRIPT = "/tmp/twinrail_bench_split_node.py"
+KEY = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
+
+
+def node(container: str, *argv: str, env: dict | None = None, timeout: float = 600) -> str:
+    extra = [f"--env={k}={v}" for k, v in (env or {}).items()]
+    proc = subprocess.run(["docker", "exec", *extra, container, *argv], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if proc.returncode:
+        raise SystemExit(f"bench_split: {container}: {' '.join(argv[:3])}...: {proc.stderr.strip()[-1500:]}")
+    return proc.stdout
+
+
+def unit_argv(container: str, unit: str) -> list[str]:
+    pid = node(container, "systemctl", "show", "-p", "MainPID", "--value", unit).strip()
+    if pid in ("", "0"):
+        raise SystemExit(f"bench_split: {container}: {unit} is not running (make lab first)")
+    return [a for a in node(container, "cat", f"/proc/{pid}/cmdline").split("\0") if a]
+
+
+def option(argv: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(argv[:-1]):
+        if arg in names:
+            return argv[i + 1]
+    return None
+
+
+def llama_bench(container: str, server: list[str], prompt: int, tokens: int) -> dict:
+    binary = str(Path(server[0]).parent / "llama-bench")
+    threads = option(server, "-t", "--threads")
+    model = option(server, "-m", "--model")
+    out = node(container, binary, "-m", model, "-t", threads, "-p", str(prompt), "-n", str(tokens), "-r", "3",
+               "-ngl", "0", "-o", "json")
+    rows = json.loads(out)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] and not r["n_gen"])
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] and not r["n_prompt"])
+    return {"threads": int(threads), "model": model, "prefill_tps": pp, "decode_tps": tg}
+
+
+def median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def ratio(value, base) -> str:
+    return f"{value / base:.2f}x" if value and base else "-"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--container", default="twinrail-lab-master", help="the master's container")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens generated per request")
+    parser.add_argument("--words", type=int, default=160, help="words in each prompt (about 1.3 tokens each)")
+    parser.add_argument("--rounds", type=int, default=2, help="times each path is measured, in turn")
+    parser.add_argument("--json", help="also write every figure here")
+    args = parser.parse_args(argv)
+    box = args.container
+    subprocess.run(["docker", "cp", str(REPO / "tools" / "bench_split_node.py"), f"{box}:{NODE_SCRIPT}"],
+                   check=True, capture_output=True)
+    server = unit_argv(box, "twinrail-llama.service")
+    guard = node(box, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-guard.service").strip()
+    key = KEY.read_text().strip()
+    print(f"llama-server: {' '.join(server[1:])}", flush=True)
+    base = llama_bench(box, server, prompt=int(args.words * 1.3), tokens=args.tokens)
+    print(f"llama-bench alone: {base['threads']} thread(s): prefill {base['prefill_tps']:.1f}, decode "
+          f"{base['decode_tps']:.1f} tokens/s", flush=True)
+    paths = [("llama-server --rpc, loopback", "http://127.0.0.1:8080"),
+             ("through the guard", "http://127.0.0.1:8081"),
+             ("through nginx and the guard", "https://127.0.0.1:443")]
+    runs: dict = {}
+    for streams in (1, 4):
+        requests = 3 if streams == 1 else 2
+        for _ in range(args.rounds):
+            for name, url in paths:
+                out = node(box, "python3", NODE_SCRIPT, "streams", url, str(streams), str(requests), str(args.tokens),
+                           str(args.words), env={"BENCH_KEY": key} if url.startswith("https") else None)
+                row = json.loads(out)
+                if row["errors"]:
+                    raise SystemExit(f"bench_split: {name} at {streams} stream(s): {row['errors']}")
+                runs.setdefault((streams, name), []).append(row)
+                print(f"  {streams} stream(s), {name}: {row['aggregate_decode_tps']:.1f} tokens/s in all",
+                      flush=True)
+    relay = json.loads(node(box, "python3", NODE_SCRIPT, "relay", guard, "5"))
+    table = []
+    for (streams, name), rows in runs.items():
+        tokens = sum(r["tokens"] for r in rows)
+        table.append({"streams": streams, "path": name,
+                      "decode_tps": median([r["decode_tps"] for r in rows]),
+                      "aggregate_decode_tps": median([r["aggregate_decode_tps"] for r in rows]),
+                      "prefill_tps": median([r["prefill_tps"] for r in rows]),
+                      "ttft_s": median([r["ttft_s"] for r in rows]),
+                      "guard_cpu_ms_per_token": 1e3 * sum(r["guard_cpu_s"] for r in rows) / tokens,
+                      "nginx_cpu_ms_per_token": 1e3 * sum(r["nginx_cpu_s"] for r in rows) / tokens})
+    print()
+    print(f"{'streams':>7}  {'path':<30} {'decode/stream':>13} {'x bench':>7} {'x direct':>8} {'all streams':>11} "
+          f"{'x direct':>8} {'prefill':>8} {'x bench':>7}  {'guard CPU':>9} {'nginx CPU':>9}")
+    print(f"{1:>7}  {'llama-bench alone':<30} {base['decode_tps']:>13.1f} {'1.00x':>7} {'':>8} {'':>11} {'':>8} "
+          f"{base['prefill_tps']:>8.1f} {'1.00x':>7}")
+    for row in table:
+        direct = next(r for r in table if r["streams"] == row["streams"] and r["path"] == paths[0][0])
+        print(f"{row['streams']:>7}  {row['path']:<30} {row['decode_tps']:>13.1f} "
+              f"{ratio(row['decode_tps'], base['decode_tps']):>7} {ratio(row['decode_tps'], direct['decode_tps']):>8} "
+              f"{row['aggregate_decode_tps']:>11.1f} "
+              f"{ratio(row['aggregate_decode_tps'], direct['aggregate_decode_tps']):>8} {row['prefill_tps']:>8.1f} "
+              f"{ratio(row['prefill_tps'], base['prefill_tps']):>7}  {row['guard_cpu_ms_per_token']:>6.2f} ms "
+              f"{row['nginx_cpu_ms_per_token']:>6.2f} ms")
+    print("(tokens/s; decode/stream: one stream's own rate, the median; all streams: every token over the wall "
+          "time; CPU: milliseconds of the guard's and nginx's processes per token generated, on every path)")
+    print(f"the guard's relay, {relay['chunks']} chunks: it adds {relay['added_p50_ms']:.3f} ms a chunk at p50, "
+          f"{relay['added_p99_ms']:.3f} ms at p99 (direct {relay['direct_p50_ms']:.3f} / {relay['direct_p99_ms']:.3f} ms, "
+          f"through it {relay['guard_p50_ms']:.3f} / {relay['guard_p99_ms']:.3f} ms); its CPU "
+          f"{relay['guard_cpu_s_per_chunk'] * 1e3:.3f} ms a chunk (its monitor included)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"llama_bench": base, "paths": table, "relay": relay}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
