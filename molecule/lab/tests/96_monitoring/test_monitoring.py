@@ -93,6 +93,42 @@ def test_each_of_the_eight_panels_has_data(host):
     assert max(rails.values()) > 0, rails  # the RPC traffic of those chats crossed the rails
 
 
+def bucket(value: float, bounds: tuple[float, ...]) -> int:
+    """The guard's histogram bucket a value falls in."""
+    return next((i for i, bound in enumerate(bounds) if value <= bound), len(bounds))
+
+
+def test_the_dashboards_p99_agrees_with_a_ramp_level_measured_by_its_clients(host):
+    """A level of the acceptance ramp (4 streams, 16 tokens, the acceptance
+    stage's own level_row through `twinrail bench`'s clients: the openai SDK
+    with an API key) on an otherwise idle service, then the dashboard's
+    first-token p99 (the recording rule it draws, over the lab's 30 s
+    window): a histogram's estimate lies in the bucket of the clients' own
+    p99, or the next one (the clients also wait for nginx and TLS)."""
+    import openai  # pylint: disable=import-outside-toplevel
+
+    from twinrail.ctl import bench  # pylint: disable=import-outside-toplevel
+    from twinrail.guard.metrics import DURATION_BUCKETS, TTFT_BUCKETS  # pylint: disable=import-outside-toplevel
+
+    key = (Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client").read_text().strip()
+    client = openai.OpenAI(base_url=f"{BASE}/v1", api_key=key, max_retries=0, timeout=120,
+                           http_client=openai.DefaultHttpxClient(verify=False))
+    model = client.models.list().data[0].id
+    time.sleep(12)  # no request of an earlier test in the window
+    row = bench.level(client, model, streams=4, seconds=20, tokens=16)
+    time.sleep(8)  # a scrape and a rule evaluation after the last request
+    shown = {r["metric"].get("model"): float(r["value"][1]) for r in query("twinrail:time_to_first_token_seconds:p99")}
+    whole = {r["metric"].get("model"): float(r["value"][1]) for r in query("twinrail:request_duration_seconds:p99")}
+    print(f"ramp level of 4 streams: {row['requests']} requests, first token p99 {row['ttft_p99_s']} s, end to end "
+          f"p99 {row['e2e_p99_s']} s; the dashboard: first token p99 {shown}, request p99 {whole}")
+    assert row["errors"] == 0 and row["requests"] >= 8, row
+    assert list(shown) == [model], shown
+    assert abs(bucket(shown[model], TTFT_BUCKETS) - bucket(row["ttft_p99_s"], TTFT_BUCKETS)) <= 1, \
+        (shown, row["ttft_p99_s"])
+    assert abs(bucket(whole[model], DURATION_BUCKETS) - bucket(row["e2e_p99_s"], DURATION_BUCKETS)) <= 1, \
+        (whole, row["e2e_p99_s"])
+
+
 def reaches(container: str | None, address: str, port: int) -> bool:
     """Whether a TCP connection from the container (None: the controller) to
     address:port opens within 3 s."""
