@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale bench-converge bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof day2-samples clean
+        molecule test-scale bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -118,6 +118,13 @@ day2-samples: venv
 gpu-proof: venv bundle
 	$(BIN)/python tools/gpu_proof.py prepare
 	$(BIN)/python tools/gpu_proof.py run
+
+# what distribution and the proxies cost per token (tools/bench_split.py):
+# llama-bench alone, llama-server with the cluster's --rpc layout, through
+# the guard, through nginx and the guard, at 1 and 4 streams, and the
+# guard's relay per chunk (make lab first)
+bench-split: venv
+	$(BIN)/python tools/bench_split.py
 
 # needs the converged lab (make lab): re-runs only
 bench-noop: venv

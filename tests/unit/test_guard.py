@@ -4,6 +4,7 @@ worker agents that answer, report a dead RPC server or fall silent."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -181,33 +182,46 @@ def serve(handler) -> tuple[http.server.ThreadingHTTPServer, int]:
     return server, server.server_address[1]
 
 
-@pytest.fixture
-def cluster(monkeypatch):
-    FakeLlama.hang.clear()
+@contextlib.contextmanager
+def guard_on(monkeypatch, upstream, probe_timeout: float = 1.0, **options):
+    """A guard in front of `upstream` (a handler class standing in for
+    llama-server), one worker whose agent is FakeAgent, polling every 0.2 s:
+    (guard, its port, its monitor's stop), once it is available."""
     FakeAgent.silent.clear()
     FakeAgent.problem = None
     FakeAgent.percent = 10.0
-    llama, llama_port = serve(FakeLlama)
+    llama, llama_port = serve(upstream)
     agent, agent_port = serve(FakeAgent)
     # the proxy's own node: memory from the stand-in agent's figure too
     monkeypatch.setattr(guard_proxy, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
-    killed = []
     guard = guard_proxy.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
-                            soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=1.0,
-                            restart_grace=60)
-    monkeypatch.setattr(guard, "kill_llama", lambda *_: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
+                              soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=probe_timeout,
+                              restart_grace=60, **options)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     proxy, proxy_port = serve(guard_proxy.make_proxy_handler(guard))
     deadline = time.monotonic() + 5
     while guard.refusal() and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield guard, proxy_port, killed
+    try:
+        yield guard, proxy_port
+    finally:
+        FakeAgent.silent.clear()
+        FakeAgent.problem = None
+        stop.set()
+        for server in (proxy, agent, llama):
+            server.shutdown()
+
+
+@pytest.fixture
+def cluster(monkeypatch):
     FakeLlama.hang.clear()
-    FakeAgent.silent.clear()
-    stop.set()
-    for server in (proxy, agent, llama):
-        server.shutdown()
+    killed = []
+    with guard_on(monkeypatch, FakeLlama) as (guard, proxy_port):
+        monkeypatch.setattr(guard, "kill_llama",
+                            lambda *_: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
+        yield guard, proxy_port, killed
+        FakeLlama.hang.clear()
 
 
 def post(port: int, body: dict, timeout: float = 20):

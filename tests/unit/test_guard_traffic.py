@@ -17,9 +17,9 @@ import time
 
 import pytest
 from conftest import FIXTURES
-from test_guard import FakeAgent, exposition, get_text, serve
+from test_guard import FakeAgent, exposition, get_text, guard_on
 
-from twinrail.guard import metrics, proxy as guard_proxy
+from twinrail.guard import metrics
 
 CAPTURES = FIXTURES / "llama-server"
 
@@ -102,31 +102,12 @@ class Replay(http.server.BaseHTTPRequestHandler):
 def guard_on_replay(monkeypatch):
     Replay.stop_after = None
     Replay.hang.clear()
-    FakeAgent.silent.clear()
-    FakeAgent.problem = None
-    FakeAgent.percent = 10.0
-    llama, llama_port = serve(Replay)
-    agent, agent_port = serve(FakeAgent)
-    monkeypatch.setattr(guard_proxy, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
-    guard = guard_proxy.Guard([("worker1", "127.0.0.1")], agent_port, ("127.0.0.1", llama_port),
-                              soft=85, hard=92, slots=2, interval=0.2, grace=1.0, probe_timeout=2.0,
-                              restart_grace=60, model="smollm2-135m-instruct")
-    monkeypatch.setattr(guard, "slots_now", lambda: None)
-    stop = threading.Event()
-    threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
-    proxy, proxy_port = serve(guard_proxy.make_proxy_handler(guard))
-    deadline = time.monotonic() + 10
-    while guard.refusal() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert guard.refusal() is None
-    guard.traffic = metrics.Traffic("smollm2-135m-instruct")  # the probe's completion is not a client's
-    yield guard, proxy_port
-    Replay.hang.set()
-    FakeAgent.silent.clear()
-    FakeAgent.problem = None
-    stop.set()
-    for server in (proxy, agent, llama):
-        server.shutdown()
+    with guard_on(monkeypatch, Replay, probe_timeout=2.0, model="smollm2-135m-instruct") as (guard, port):
+        monkeypatch.setattr(guard, "slots_now", lambda: None)
+        assert guard.refusal() is None
+        guard.traffic = metrics.Traffic("smollm2-135m-instruct")  # the probe's completion is not a client's
+        yield guard, port
+        Replay.hang.set()
 
 
 def chat(port: int, **body) -> tuple[int, bytes]:
