@@ -72,6 +72,82 @@ def llama_bench(container: str, server: list[str], prompt: int, tokens: int) -> 
     return {"threads": int(threads), "model": model, "prefill_tps": pp, "decode_tps": tg}
 
 
+def replace(argv: list[str], names: tuple[str, ...], value: str | None) -> list[str]:
+    """argv with option `names` set to value (added when absent), or
+    removed (value None)."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in names:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out + ([names[0], value] if value is not None else [])
+
+
+def layout_variants(server: list[str]) -> list[tuple[str, list[str]]]:
+    """What the layout measurement runs, each a llama-server command line
+    derived from the service's own, on port 18080."""
+    base = replace(server, ("--port",), "18080")
+    rpc = option(server, "--rpc") or ""
+    first = rpc.split(",")[0]
+    quiet = replace(base, ("-lv", "--verbosity"), None)
+    return [
+        ("the service's: an RPC server per rail", base),
+        ("the service's, without -lv 4", quiet),
+        ("one RPC server per worker (rail0 carries the share)",
+         replace(replace(base, ("--rpc",), first), ("--tensor-split", "-ts"), None)),
+        ("no RPC: every layer on the master", replace(replace(replace(base, ("--rpc",), None),
+                                                              ("--tensor-split", "-ts"), None), ("-ngl",), "0")),
+        ("an RPC server per rail, llama-server -t 2", replace(base, ("-t", "--threads"), "2")),
+        ("an RPC server per rail, -ub 128", replace(base, ("-ub", "--ubatch-size"), "128")),
+        ("an RPC server per rail, -b 256 -ub 256", replace(replace(base, ("-b", "--batch-size"), "256"),
+                                                           ("-ub", "--ubatch-size"), "256")),
+    ]
+
+
+def rail_packets(worker: str) -> int:
+    """Packets the worker's rails sent and received so far."""
+    total = 0
+    for rail in node(worker, "sh", "-c", "ls -d /sys/class/net/ens*").split():
+        for way in ("rx_packets", "tx_packets"):
+            total += int(node(worker, "cat", f"{rail}/statistics/{way}"))
+    return total
+
+
+def layouts(box: str, worker: str, server: list[str], tokens: int, words: int) -> list[dict]:
+    """Each variant's llama-server started by hand while the service's is
+    stopped (the RPC servers take one client), measured at 1 and 4 streams
+    on loopback, with the rails' packets per token; the service started
+    again at the end."""
+    rows = []
+    node(box, "systemctl", "stop", "twinrail-llama.service")
+    try:
+        for name, argv in layout_variants(server):
+            node(box, "sh", "-c", f"nohup {' '.join(argv)} > /tmp/bench-layout.log 2>&1 &")
+            try:
+                node(box, "python3", NODE_SCRIPT, "wait", "http://127.0.0.1:18080", "120")
+                row = {"layout": name, "argv": argv[1:]}
+                for streams in (1, 4):
+                    before = rail_packets(worker)
+                    out = json.loads(node(box, "python3", NODE_SCRIPT, "streams", "http://127.0.0.1:18080",
+                                          str(streams), "3" if streams == 1 else "2", str(tokens), str(words)))
+                    if out["errors"]:
+                        raise SystemExit(f"bench_split: {name}: {out['errors']}")
+                    out["packets_per_token"] = (rail_packets(worker) - before) / out["tokens"]
+                    row[streams] = out
+                rows.append(row)
+                print(f"  {name}: decode {row[1]['decode_tps']:.1f} tokens/s a stream, "
+                      f"{row[4]['aggregate_decode_tps']:.1f} in all at 4; prefill {row[1]['prefill_tps']:.1f}; "
+                      f"{row[1]['packets_per_token']:.1f} rail packets a token", flush=True)
+            finally:
+                node(box, "sh", "-c", "pkill -f 'llama-server.*--port 1808[0]'; sleep 1; true")
+    finally:
+        node(box, "systemctl", "start", "twinrail-llama.service")
+        node(box, "python3", NODE_SCRIPT, "wait", "http://127.0.0.1:8081", "300")
+    return rows
+
+
 def median(values: list[float]) -> float | None:
     values = sorted(v for v in values if v is not None)
     if not values:
@@ -90,6 +166,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="tokens generated per request")
     parser.add_argument("--words", type=int, default=160, help="words in each prompt (about 1.3 tokens each)")
     parser.add_argument("--rounds", type=int, default=2, help="times each path is measured, in turn")
+    parser.add_argument("--worker", default="twinrail-lab-worker1", help="the worker's container")
+    parser.add_argument("--layouts", action="store_true",
+                        help="also the layouts: llama-server started by hand in other layouts, thread counts and "
+                             "batch sizes, while the service's is stopped (minutes; 503s meanwhile)")
     parser.add_argument("--json", help="also write every figure here")
     args = parser.parse_args(argv)
     box = args.container
@@ -148,8 +228,22 @@ def main(argv=None) -> int:
           f"{relay['added_p99_ms']:.3f} ms at p99 (direct {relay['direct_p50_ms']:.3f} / {relay['direct_p99_ms']:.3f} ms, "
           f"through it {relay['guard_p50_ms']:.3f} / {relay['guard_p99_ms']:.3f} ms); its CPU "
           f"{relay['guard_cpu_s_per_chunk'] * 1e3:.3f} ms a chunk (its monitor included)")
+    found = []
+    if args.layouts:
+        print("\nlayouts (llama-server by hand on 127.0.0.1:18080, the service's stopped meanwhile):", flush=True)
+        found = layouts(box, args.worker, server, args.tokens, args.words)
+        first = found[0]
+        print(f"{'layout':<52} {'decode':>7} {'x bench':>7} {'x service':>9} {'at 4':>7} {'x service':>9} "
+              f"{'prefill':>8} {'x service':>9} {'packets/token':>13}")
+        for row in found:
+            print(f"{row['layout']:<52} {row[1]['decode_tps']:>7.1f} {ratio(row[1]['decode_tps'], base['decode_tps']):>7} "
+                  f"{ratio(row[1]['decode_tps'], first[1]['decode_tps']):>9} {row[4]['aggregate_decode_tps']:>7.1f} "
+                  f"{ratio(row[4]['aggregate_decode_tps'], first[4]['aggregate_decode_tps']):>9} "
+                  f"{row[1]['prefill_tps']:>8.1f} {ratio(row[1]['prefill_tps'], first[1]['prefill_tps']):>9} "
+                  f"{row[1]['packets_per_token']:>13.1f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"llama_bench": base, "paths": table, "relay": relay}, indent=1))
+        Path(args.json).write_text(json.dumps({"llama_bench": base, "paths": table, "relay": relay,
+                                               "layouts": found}, indent=1))
     return 0
 
 

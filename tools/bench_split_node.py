@@ -12,6 +12,7 @@ there and reads the JSON it prints.
         guard's own command line, on other ports, pointed at the stand-in,
         without its rail options) relays it; the latency of each chunk
         directly and through that guard.
+    wait URL SECONDS                             until URL/health answers 200.
 """
 
 from __future__ import annotations
@@ -256,8 +257,31 @@ def relay(guard_pid: int, rounds: int) -> dict:
             "guard_cpu_s_per_chunk": cpu / len(through) if through else None}
 
 
+def wait(url: str, limit: float) -> None:
+    """Until GET /health answers 200 (llama-server loaded, or the guard
+    available), at most limit seconds."""
+    deadline = time.monotonic() + limit
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            conn = connection(url, timeout=5)
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            if response.status == 200:
+                return
+            last = f"HTTP {response.status}"
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise SystemExit(f"bench_split_node: {url}/health did not answer 200 within {limit:g} s ({last})")
+
+
 def main(argv: list[str]) -> None:
-    if argv[0] == "streams":
+    if argv[0] == "wait":
+        wait(argv[1], float(argv[2]))
+    elif argv[0] == "streams":
         url, count, requests, tokens, words = argv[1], *map(int, argv[2:6])
         print(json.dumps(streams(url, count, requests, tokens, words)))
     elif argv[0] == "relay":
