@@ -62,7 +62,8 @@ function align(results, step, start, end) {
       const values = new Array(times.length).fill(null);
       for (const [t, v] of item.values) {
         const i = index.get(Math.round(t));
-        if (i !== undefined) values[i] = Number(v);
+        // NaN (a quantile or ratio of no traffic) is a gap, not a point
+        if (i !== undefined && Number.isFinite(Number(v))) values[i] = Number(v);
       }
       series.push(values);
       labels.push(query.label(item.metric));
