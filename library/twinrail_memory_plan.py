@@ -163,17 +163,15 @@ def judge(params: dict, warn) -> dict:
             figures = cached_model_figures(gguf)
         except GGUFError as exc:
             return {"failed": True, "msg": f"preflight: twinrail_model.gguf: {exc}"}
-        for key in FROM_GGUF:
-            model[key] = figures[key]
         source = gguf
     elif params.get("gguf_headers"):
         try:
             figures = figures_from_headers(params["gguf_headers"], params.get("gguf_where") or "")
         except GGUFError as exc:
             return {"failed": True, "msg": f"preflight: {exc}"}
-        for key in FROM_GGUF:
-            model[key] = figures[key]
         source = f"{params['gguf_where']} ({figures['files']} file(s), their headers)"
+    if source != "inventory":
+        model.update({key: figures[key] for key in FROM_GGUF})
     memory = {}
     for host, mib in params["memory_mb"].items():
         try:

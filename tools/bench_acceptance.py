@@ -28,9 +28,13 @@ MASTER = "twinrail-lab-master"
 MODEL = "/srv/twinrail/models/smollm2-135m-instruct/current/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def llama_bench(repetitions: int) -> dict:
-    out = subprocess.run(["docker", "exec", MASTER, "/opt/twinrail/runtime/current/bin/llama-bench", "-m", MODEL,
-                          "-p", "512", "-n", "128", "-t", "1", "-r", str(repetitions), "-o", "json"],
+def llama_bench(repetitions: int, *, container: str = MASTER, model: str = MODEL, threads: int = 1,
+                prompt: int = 512, tokens: int = 128, layers: int | None = None) -> dict:
+    """llama-bench on a lab node: tokens/s by test, {"pp<prompt>": ..,
+    "tg<tokens>": ..} (layers: its -ngl, left to llama-bench when None)."""
+    argv = ["docker", "exec", container, "/opt/twinrail/runtime/current/bin/llama-bench", "-m", model,
+            "-p", str(prompt), "-n", str(tokens), "-t", str(threads), "-r", str(repetitions), "-o", "json"]
+    out = subprocess.run(argv + (["-ngl", str(layers)] if layers is not None else []),
                          capture_output=True, text=True, check=True).stdout
     figures = {}
     for test in json.loads(out):

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import bench_acceptance  # tools/, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 NODE_SCRIPT = "/tmp/twinrail_bench_split_node.py"
@@ -61,15 +63,13 @@ def option(argv: list[str], *names: str) -> str | None:
 
 
 def llama_bench(container: str, server: list[str], prompt: int, tokens: int) -> dict:
-    binary = str(Path(server[0]).parent / "llama-bench")
-    threads = option(server, "-t", "--threads")
-    model = option(server, "-m", "--model")
-    out = node(container, binary, "-m", model, "-t", threads, "-p", str(prompt), "-n", str(tokens), "-r", "3",
-               "-ngl", "0", "-o", "json")
-    rows = json.loads(out)
-    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] and not r["n_gen"])
-    tg = next(r["avg_ts"] for r in rows if r["n_gen"] and not r["n_prompt"])
-    return {"threads": int(threads), "model": model, "prefill_tps": pp, "decode_tps": tg}
+    """llama-bench alone (bench_acceptance's), at llama-server's own threads
+    and model, every layer on the master."""
+    threads, model = int(option(server, "-t", "--threads")), option(server, "-m", "--model")
+    figures = bench_acceptance.llama_bench(3, container=container, model=model, threads=threads, prompt=prompt,
+                                           tokens=tokens, layers=0)
+    return {"threads": threads, "model": model, "prefill_tps": figures[f"pp{prompt}"],
+            "decode_tps": figures[f"tg{tokens}"]}
 
 
 def replace(argv: list[str], names: tuple[str, ...], value: str | None) -> list[str]:
@@ -149,11 +149,9 @@ def layouts(box: str, worker: str, server: list[str], tokens: int, words: int) -
 
 
 def median(values: list[float]) -> float | None:
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    """The median of the values measured (None: none was)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def ratio(value, base) -> str:

@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from twinrail.ctl.site import config_dir
+
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "development.md"
 MARK = "<!-- lab-quickstart -->"
@@ -41,18 +43,14 @@ def block(text: str) -> str:
     return after.split("```sh\n", 1)[1].split("```", 1)[0]
 
 
-def config_home(env: dict) -> Path:
-    """Where `twinrail init` keeps the site's vault password and API key."""
-    return Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "twinrail" / SITE
-
-
-def run(env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(timeout: float = 300) -> subprocess.CompletedProcess:
     """The block, in the project's root, after removing the site a previous
-    run left (inventory/labsite/ and its secrets)."""
-    env = dict(env if env is not None else os.environ)
+    run left (inventory/labsite/ and its secrets, where `twinrail init`
+    keeps them: config_dir)."""
+    env = dict(os.environ)
     env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
     shutil.rmtree(REPO / "inventory" / SITE, ignore_errors=True)
-    shutil.rmtree(config_home(env), ignore_errors=True)
+    shutil.rmtree(config_dir(SITE), ignore_errors=True)
     return subprocess.run(["bash", "-euo", "pipefail", "-c", block(DOC.read_text())], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 

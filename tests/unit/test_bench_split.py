@@ -5,11 +5,9 @@ answer (tests/fixtures/llama-server/lab_completions_stream.txt, replayed)."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import bench_split
 import bench_split_node
+import test_guard_traffic
 from conftest import FIXTURES
 from test_guard import serve
 
@@ -32,27 +30,13 @@ def test_each_layout_changes_only_what_it_says():
     assert bench_split.option(variants["an RPC server per rail, -b 256 -ub 256"], "-b") == "256"
 
 
-class Replay(http.server.BaseHTTPRequestHandler):
+class Replay(test_guard_traffic.Replay):
     """The lab's llama-server's streamed /v1/completions, an event at a time."""
-    protocol_version = "HTTP/1.1"
+    first_delay = 0.0
+    stop_after = None
 
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = (FIXTURES / "llama-server" / "lab_completions_stream.txt").read_bytes().partition(b"\n\n")[2]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for event in body.split(b"\n\n"):
-            if event:
-                event += b"\n\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-                self.wfile.flush()
-                threading.Event().wait(0.01)
-        self.wfile.write(b"0\r\n\r\n")
+    def capture_for(self, body: dict) -> str:
+        return "lab_completions_stream.txt"
 
 
 def test_the_client_reads_tokens_and_timings_from_a_real_stream():

@@ -62,11 +62,13 @@ class Replay(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def capture_for(self, body: dict) -> str:
+        return ("lab_chat_error.json" if not isinstance(body.get("messages", []), list)
+                else "lab_chat_stream.txt" if body.get("stream") else "lab_chat.json")
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        name = ("lab_chat_error.json" if not isinstance(body.get("messages", []), list)
-                else "lab_chat_stream.txt" if body.get("stream") else "lab_chat.json")
-        status, kind, data = capture(name)
+        status, kind, data = capture(self.capture_for(body))
         time.sleep(self.first_delay)
         self.send_response(status)
         self.send_header("Content-Type", kind)

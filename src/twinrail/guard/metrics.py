@@ -182,6 +182,11 @@ def _escape(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _labels(labels: dict) -> str:
+    """{k="v",...}, or nothing for a sample without labels."""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}" if labels else ""
+
+
 def _number(value: float) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -202,22 +207,17 @@ class Exposition:
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
-            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{{{label_text}}} {_number(value)}" if label_text else f"{name} {_number(value)}")
+            self.lines.append(f"{name}{_labels(labels)} {_number(value)}")
 
     def histogram(self, name: str, help_text: str, samples) -> None:
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} histogram")
         for labels, hist in samples:
-            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            sep = "," if label_text else ""
-            for bound, count in zip(hist.buckets, hist.counts):
-                self.lines.append(f'{name}_bucket{{{label_text}{sep}le="{bound!r}"}} {count}')
-            self.lines.append(f'{name}_bucket{{{label_text}{sep}le="+Inf"}} {hist.count}')
-            self.lines.append(f"{name}_sum{{{label_text}}} {_number(float(hist.sum))}" if label_text
-                              else f"{name}_sum {_number(float(hist.sum))}")
-            self.lines.append(f"{name}_count{{{label_text}}} {hist.count}" if label_text
-                              else f"{name}_count {hist.count}")
+            for bound, count in [*zip(hist.buckets, hist.counts), ("+Inf", hist.count)]:
+                le = bound if isinstance(bound, str) else repr(bound)
+                self.lines.append(f"{name}_bucket{_labels({**labels, 'le': le})} {count}")
+            self.lines.append(f"{name}_sum{_labels(labels)} {_number(float(hist.sum))}")
+            self.lines.append(f"{name}_count{_labels(labels)} {hist.count}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

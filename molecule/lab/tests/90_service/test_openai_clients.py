@@ -20,6 +20,7 @@ import openai
 import pytest
 import yaml
 from lab_client import MASTER, PASSWORD, PROJECT, changed_by_host, node, wait_available
+from twinrail.ctl.site import config_dir  # noqa: E402
 import lab_quickstart  # tools/ (lab_client puts it on the path)  # noqa: E402  pylint: disable=wrong-import-order
 
 testinfra_hosts = ["ansible://master"]
@@ -162,7 +163,7 @@ def test_the_quick_start_writes_the_lab_and_its_key_streams_while_a_removed_key_
         assert found["twinrail_mgmt_address"] == lab["twinrail_mgmt_address"]
         assert found["ansible_host"] == lab["ansible_host"] and found["ansible_user"] == "twinrail"
     assert (site / "group_vars" / "cluster" / "vault.yml").read_text().startswith("$ANSIBLE_VAULT;")
-    generated = (lab_quickstart.config_home(os.environ) / "api-key").read_text().strip()
+    generated = (config_dir(lab_quickstart.SITE) / "api-key").read_text().strip()
     spare = client(key("lab-spare"))
     assert spare.models.list().data
     without = tmp_path / "keys.yml"
