@@ -16,7 +16,13 @@ description:
   - Also runs C(nvidia-smi -q) and returns it read as C(gpu.detail), per
     GPU its MIG mode, framebuffer memory and PCIe link (the generation the
     link can reach against the card's own, the width it trained at against
-    the card's widest), for the per-GPU gates.
+    the card's widest) and its memory's health (ECC mode and errors,
+    retired pages, remapped rows), for the per-GPU gates.
+  - Reads the kernel's Xid lines about the GPUs since boot (C(journalctl
+    -k -b), else C(dmesg)) as C(gpu.xids).
+  - When nvidia-smi fails, says what its words mean (one GPU that fell off
+    the bus, named by its bus id; no GPU the loaded driver drives; no
+    driver; a driver upgraded without a reboot).
   - Returns C(gpu) none when nvidia-smi is not installed. Reads only.
 version_added: "0.1.0"
 author: twinrail developers
@@ -40,13 +46,33 @@ RETURN = r"""
 gpu:
   description: >-
     The driver_version, cuda_version, nvidia_smi and gpus (index, name, bus_id, memory_*, utilization_pct), and
-    detail (nvidia-smi -q: per GPU mig, memory_total_mib and pcie); none without nvidia-smi.
+    detail (nvidia-smi -q: per GPU mig, memory_total_mib, pcie and health), xids (the kernel's Xid lines since
+    boot: bus, xid, text, line); none without nvidia-smi.
   returned: always
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_facts import ParseError, parse_detail, parse_table
+from ansible.module_utils.gpu_health import parse_xids, smi_failure
+
+
+def kernel_log(module) -> str:
+    """The kernel's messages since boot (journalctl -k -b, else dmesg); '' when neither can be read."""
+    journalctl = module.get_bin_path("journalctl")
+    if journalctl:
+        rc, out, _ = module.run_command([journalctl, "-k", "-b", "--no-pager", "-o", "short-iso"],
+                                        environ_update={"LC_ALL": "C"})
+        if rc == 0:
+            return out
+    dmesg = module.get_bin_path("dmesg")
+    if dmesg:
+        rc, out, _ = module.run_command([dmesg], environ_update={"LC_ALL": "C"})
+        if rc == 0:
+            return out
+    return ""
 
 
 def main() -> None:
@@ -55,20 +81,23 @@ def main() -> None:
     smi = module.get_bin_path(module.params["nvidia_smi"])
     if not smi:
         module.exit_json(changed=False, gpu=None)
+    loaded = os.path.exists("/proc/driver/nvidia/version")
     rc, out, err = module.run_command([smi], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(msg=f"gpu: nvidia-smi exited {rc}: {(err or out).strip()[-300:]} (is the driver loaded?)")
+    # a table with one GPU that did not answer still exits non-zero: the table is read, the GPU named
+    if rc != 0 and "Driver Version" not in out:
+        module.fail_json(msg=f"gpu: {smi_failure(rc, err + chr(10) + out, loaded)}")
     try:
-        gpu = parse_table(out)
+        gpu = parse_table(out + "\n" + err)
     except ParseError as exc:
         module.fail_json(msg=f"gpu: cannot read nvidia-smi's output: {exc}")
     rc, out, err = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(msg=f"gpu: nvidia-smi -q exited {rc}: {(err or out).strip()[-300:]}")
+    if rc != 0 and "Attached GPUs" not in out:
+        module.fail_json(msg=f"gpu: -q: {smi_failure(rc, err + chr(10) + out, loaded)}")
     try:
         gpu["detail"] = parse_detail(out)
     except ParseError as exc:
         module.fail_json(msg=f"gpu: cannot read nvidia-smi -q's output: {exc}")
+    gpu["xids"] = parse_xids(kernel_log(module))
     module.exit_json(changed=False, gpu=gpu)
 
 

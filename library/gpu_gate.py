@@ -16,7 +16,13 @@ description:
     names the host, as many GPUs as C(count), no MIG unless C(mig), and each
     PCIe link at the card's maximum (its width, or at least C(min_width);
     the generation the link can reach against the card's), naming node and
-    GPU. Runs on the controller over what
+    GPU.
+  - Per GPU, its health (gpu_health): refused when nvidia-smi cannot read
+    its ECC state, with uncorrectable ECC errors since the driver loaded,
+    pages pending retirement, a row remap pending or failed, or an Xid in
+    the kernel log since boot that needs a reset (48, 79, 95, ...), naming
+    node, GPU index, bus id and the counter; lifetime errors and an
+    application's Xids are warnings. Runs on the controller over what
     gpu_facts read on every node; changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
@@ -59,6 +65,7 @@ failures:
 """
 
 from ansible.module_utils.gpu_facts import gpu_gate, gpu_node_problems, gpu_settings_problems
+from ansible.module_utils.gpu_health import node_health
 from ansible.module_utils.stage_settings import truthy
 from ansible.module_utils.judge import run_module
 
@@ -70,7 +77,7 @@ ARGUMENT_SPEC = {
 }
 
 
-def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
+def judge(params: dict, warn) -> dict:
     expected = params["expected"] or {}
     refused = [problem for host in sorted(expected) for problem in gpu_settings_problems(host, expected[host])]
     if refused:
@@ -85,6 +92,16 @@ def judge(params: dict, warn) -> dict:  # pylint: disable=unused-argument
             failures.extend(f"{host}: {problem}" for problem in (facts.get("detail") or {}).get("problems") or [])
             failures.extend(gpu_node_problems(host, facts, want.get("count"), truthy(want.get("mig")),
                                               want.get("min_width")))
+        if facts:
+            # a sick GPU is never offered to the split; where the build does
+            # not use the GPUs, their health is only said
+            refused, warned = node_health(host, facts)
+            if params["cuda_required"]:
+                failures.extend(refused)
+            else:
+                warned = refused + warned
+            for sentence in warned:
+                warn(f"preflight: {sentence}")
     if failures:
         return {"failed": True, "msg": "preflight: " + "; ".join(failures) + "; nothing was changed",
                 "failures": failures}

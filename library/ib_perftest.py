@@ -278,6 +278,12 @@ def run_all(argvs: list[list[str]], timeout: int) -> list[tuple[int, str, str]]:
         return list(pool.map(one, argvs))
 
 
+def said_failed(test: str, exc: Exception) -> str:
+    """'<test> failed: <why>', once: the parser's own sentence may already say it."""
+    said = str(exc)
+    return said if said.startswith(f"{test} failed") else f"{test} failed: {said}"
+
+
 def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dict:
     """The figures and the gates of one run's output (raises Failed)."""
     label = p["label"] or p["test"]
@@ -290,7 +296,7 @@ def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dic
             try:
                 parse(text, p["test"])
             except PerftestError as exc:
-                raise Failed(f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv, rc=rc, stdout=out,
+                raise Failed(f"bandwidth: {label}: {said_failed(p['test'], exc)}", argv=argv, rc=rc, stdout=out,
                              stderr=err) from exc
             raise Failed(f"bandwidth: {label}: {p['test']} exited {rc}: {(err or out).strip()[-500:]}",
                          argv=argv, rc=rc)
@@ -304,7 +310,7 @@ def outcome(p: dict, argv: list[str] | None, rc: int, out: str, err: str) -> dic
     try:
         result = parse(text, p["test"])
     except PerftestError as exc:
-        raise Failed(f"bandwidth: {label}: {p['test']} failed: {exc}", argv=argv) from exc
+        raise Failed(f"bandwidth: {label}: {said_failed(p['test'], exc)}", argv=argv) from exc
     failures = gate(result, p["min_bw_gbps"], p["max_typical_us"], p["max_p999_us"], where=p["label"])
     result.update(changed=False, passed=not failures, failures=failures, argv=argv)
     return result

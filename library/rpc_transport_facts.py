@@ -65,7 +65,8 @@ def main() -> None:
     for rail in module.params["rails"]:
         address = str(rail["address"]).split("/")[0]
         unit = f"twinrail-rpc@{address}.service"
-        _, rc, text, err = since_start(module, unit, fallback_lines=500)
+        journal = since_start(module, unit, fallback_lines=500)
+        rc, text, err = journal.rc, journal.text, journal.err
         if rc != 0:
             module.fail_json(msg=f"service: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
         log = parse_log(text)

@@ -16,8 +16,14 @@ description:
   - Fails when a node's share of them is off its planned share by more
     than O(tolerance) of it plus one layer's worth, naming the node, the
     planned and the measured share; or when the loader failed (its error
-    line); or when the unit was started in this run and its journal holds
-    no buffer lines. A server running since an earlier run whose journal
+    line); or when the process died, before or after the load (a CUDA
+    error, a failed assertion: the fatal line, the GPU it names and what
+    it means), or systemd or the kernel ended or OOM-killed a process of
+    the unit; or when the unit was started in this run and its journal holds
+    no buffer lines.
+  - Passes with a warning when llama.cpp's compute buffers did not fit
+    and it went on without pipeline parallelism (named, with the
+    allocations it gave up). A server running since an earlier run whose journal
     no longer holds them (rotated) gets a warning. Reads only.
 version_added: "0.1.0"
 author: twinrail developers
@@ -69,11 +75,16 @@ buffers:
   returned: always
   type: list
   elements: dict
+degraded:
+  description: llama.cpp's retry without pipeline parallelism (line, given_up), or null.
+  returned: success
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.tensor_split import MIB, gpu_split_problems, measured_shares, parse_buffers, split_problems
-from ansible.module_utils.unit_journal import since_start, unit_failures
+from ansible.module_utils.tensor_split import (MIB, death_message, gpu_split_problems, measured_shares, parse_buffers,
+                                               split_problems)
+from ansible.module_utils.unit_journal import record_failures, since_start, unit_failures
 
 
 def main() -> None:
@@ -85,17 +96,31 @@ def main() -> None:
     plan, unit = module.params["plan"], module.params["unit"]
     master = plan["master"]
     where = f"service: {master}: step 3 (master, cluster mode): the split of the layers"
-    invocation, rc, text, err = since_start(module, unit)
-    if not invocation:
-        module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {err.strip()[-200:]}")
-    if rc != 0:
-        module.fail_json(msg=f"{where}: cannot read the journal of {unit}: {(err or text).strip()[-300:]}")
-    log = parse_buffers(text)
-    crashed = unit_failures(text)
+    journal = since_start(module, unit)
+    if not journal.invocation:
+        module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {journal.err.strip()[-200:]}")
+    if journal.rc != 0:
+        module.fail_json(msg=f"{where}: cannot read the journal of {unit}: "
+                             f"{(journal.err or journal.text).strip()[-300:]}")
+    log = parse_buffers(journal.text)
+    crashed = record_failures(journal.records) if journal.records else unit_failures(journal.text)
+    systemd = f" (systemd: {crashed[-1]})" if crashed else ""
+    if log["fatal"]:
+        module.fail_json(msg=f"{where}: {death_message(log['fatal'], master)}{systemd}", fatal=log["fatal"],
+                         buffers=log["buffers"])
     if crashed and not log["buffers"]:
         module.fail_json(msg=f"{where}: llama-server's process failed before it loaded: {'; '.join(crashed[-2:])}")
     if log["error"]:
         module.fail_json(msg=f"{where}: llama-server failed to load the model: {log['error']}")
+    if crashed:
+        module.fail_json(msg=f"{where}: llama-server's process ended or was killed after it loaded the model: "
+                             f"{'; '.join(crashed[-2:])}", buffers=log["buffers"])
+    degraded = log["degraded"]
+    if degraded:
+        module.warn(f"{where}: llama-server serves degraded: its compute buffers did not fit with pipeline "
+                    f"parallelism, so it gave pipeline parallelism up (slower prompt processing across the "
+                    f"devices): {degraded['line']}"
+                    + (f" (after: {'; '.join(degraded['given_up'][-2:])})" if degraded["given_up"] else ""))
     if not log["buffers"]:
         if module.params["started"]:
             module.fail_json(msg=f"{where}: {unit} started in this run but its journal has no buffer lines "
@@ -116,7 +141,7 @@ def main() -> None:
         module.fail_json(msg=f"{where} is not the memory plan's: " + "; ".join(problems),
                          nodes=nodes, total_bytes=measured["total_bytes"], buffers=log["buffers"], lines=lines)
     module.exit_json(changed=False, nodes=nodes, total_bytes=measured["total_bytes"], buffers=log["buffers"],
-                     lines=lines)
+                     lines=lines, degraded=degraded)
 
 
 if __name__ == "__main__":

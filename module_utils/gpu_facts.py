@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.gpu_health import health_of
+
 _VERSIONS = re.compile(r"NVIDIA-SMI\s+(?P<smi>\S+)\s+Driver Version:\s+(?P<driver>\S+)\s+CUDA Version:\s+(?P<cuda>\S+)")
 # first line of a GPU's block: "|   0  NVIDIA GB10      Off |   0000000F:01:00.0 Off |   N/A |"
 _GPU = re.compile(r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:"
@@ -240,7 +242,8 @@ def parse_detail(text: str) -> dict:
     (``memory``: discrete with ``memory_total_mib``, unified, or unread,
     as parse_table decides) and the PCIe link (``pcie``: gen_max, the
     most the link can train to, gen_current, gen_device_max, gen_host_max,
-    width_max, width_current; None where nvidia-smi does not say)."""
+    width_max, width_current; None where nvidia-smi does not say) and
+    ``health`` (gpu_health.health_of: ECC, retired pages, remapped rows)."""
     if "NVSMI LOG" not in text and "Attached GPUs" not in text:
         said = [f for f in _FAILURES if f in text]
         raise ParseError(f"nvidia-smi -q printed no log (no 'Attached GPUs'){': it failed' if said else ''}: "
@@ -269,6 +272,7 @@ def parse_detail(text: str) -> dict:
                 "width_max": _number(tree.get(link + "Link Width/Max"), "x"),
                 "width_current": _number(tree.get(link + "Link Width/Current"), "x"),
             },
+            "health": health_of(tree),
         }
         gpus.append(gpu)
         if gpu["memory"] == "unread":

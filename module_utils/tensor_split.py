@@ -42,11 +42,44 @@ MIB = 1 << 20
 # "load_tensors: RPC0[198.19.0.2:50052] model buffer size = 12.34 MiB",
 # "llama_kv_cache:        CPU KV buffer size =   384.00 MiB"; the older
 # naming is RPC[host:port], the newer RPCn[host:port]; newer logs prefix
-# "[pid] m.ss.mmm.uuu I ".
-_BUFFER = re.compile(r"(?P<device>[A-Za-z][\w.-]*(?:\[[^\]\s]+\])?)\s+(?P<kind>model|KV|RS) buffer size\s*=\s*"
-                     r"(?P<size>[\d.]+) (?P<unit>MiB|GiB|KiB)")
+# "[pid] m.ss.mmm.uuu I ". Older builds print the weights' buffer with no
+# kind ("llm_load_tensors:      CUDA0 buffer size =  4155.99 MiB"), and a
+# model split over several GGUF files gives one line per file and device.
+# The compute and output buffers are the context's scratch, not the
+# model's or the KV cache's: they are not part of the split.
+_BUFFER = re.compile(r"(?<![\w\]])(?P<device>(?!(?:compute|output)\b)[A-Za-z][\w.-]*(?:\[[^\]\s]+\])?)\s+"
+                     r"(?:(?P<kind>model|KV|RS)\s+)?buffer size\s*=\s*(?P<size>[\d.]+) (?P<unit>MiB|GiB|KiB)")
 _RPC = re.compile(r"^RPC\d*\[(?P<endpoint>[^\]]+)\]$")
-_LOAD_FAILED = re.compile(r"(?:error loading model|failed to load model|unable to allocate|failed to allocate)[^\n]*")
+# the load's own failure: a loader error, or an allocation that failed
+# ("failed to allocate CUDA0 buffer of size ...", "cudaMalloc failed: out
+# of memory"); an allocation that failed before llama.cpp's retry without
+# pipeline parallelism is what the retry gave up, not the load's failure
+_LOAD_FAILED = re.compile(r"(?:error loading model|failed to load model|unable to allocate|failed to allocate"
+                          r"|failed to create context|failed to initialize the context|cudaMalloc failed"
+                          r"|exiting due to model loading error)[^\n]*")
+_RETRY = re.compile(r"[^\n]*retrying without pipeline parallelism[^\n]*")
+# a process that dies: the CUDA backend's error ("CUDA error: an illegal
+# memory access was encountered", older "CUDA error 209 at ggml-cuda.cu:
+# 6951: no kernel image ..."), ROCm's, a failed assertion (GGML_ASSERT(x)
+# failed, older "GGML_ASSERT: file:line: x"), an uncaught C++ exception
+_FATAL = re.compile(r"(?:CUDA error: \S[^\n]*|CUDA error \d+ at \S+: [^\n]+|ROCm error: \S[^\n]*"
+                    r"|GGML_ASSERT\([^\n]*\) failed[^\n]*|GGML_ASSERT: [^\n]+"
+                    r"|terminate called after throwing an instance of [^\n]+)")
+_CURRENT_DEVICE = re.compile(r"current device: (?P<index>\d+)")
+_FAILED_IN = re.compile(r"\S+\.(?:cu|cpp|c):\d+: [^\n]*")
+# "  Device 1: NVIDIA GeForce RTX 5090, compute capability 12.0, VMM: yes"
+_CUDA_DEVICE = re.compile(r"Device (?P<index>\d+): (?P<name>[^,\n]+), compute capability (?P<cc>\d+\.\d+)")
+# what each death means on real hardware, and what to do
+_CAUSES = (
+    ("no kernel image is available", "the runtime has no kernel for this GPU{cc}: its CUDA build's archs "
+     "(runtime_build_cuda_archs) do not include it; rebuild with the GPU's arch"),
+    ("out of memory", "the GPU ran out of memory after the weights were placed (the first graph's compute "
+     "buffers): lower the context or batch size, or the GPU's planned share"),
+    ("illegal memory access", "a kernel faulted on the GPU: a runtime bug, or a sick GPU (look for Xid lines "
+     "in the kernel log and at nvidia-smi -q's ECC and remapped rows)"),
+    ("GGML_ASSERT", "an assertion in llama.cpp failed: a runtime bug or a model this build does not support"),
+    ("terminate called", "llama-server threw an error it did not handle"),
+)
 _UNITS = {"KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30}
 
 
@@ -162,16 +195,78 @@ def _gpu_count(host: str, value) -> int:
 
 
 def parse_buffers(text: str) -> dict:
-    """The buffers llama.cpp's loader reports, in log order: device, kind
-    (model, KV, RS), bytes; and the loader's error line if it failed."""
+    """What llama.cpp's loader and the process after it logged:
+
+    - ``buffers``: the model's and KV cache's buffers, in log order:
+      device, kind (model, KV, RS; an older line with no kind is the
+      model's), bytes;
+    - ``error``: the load's failure (the first failing line), or None;
+    - ``degraded``: llama.cpp's retry without pipeline parallelism when its
+      compute buffers did not fit and the load went on (``line``, and
+      ``given_up``: the allocations that failed before it), or None;
+    - ``fatal``: the line the process died on (a CUDA or ROCm error, a
+      failed assertion, an unhandled exception) with ``after_load`` (its
+      buffers were placed first), the GPU (``gpu``: index, and name and
+      compute capability from the device list) and ``cause``, or None."""
+    lines = text.splitlines()
     buffers = []
-    for line in text.splitlines():
+    for line in lines:
         match = _BUFFER.search(line)
         if match:
-            buffers.append({"device": match.group("device"), "kind": match.group("kind"),
+            buffers.append({"device": match.group("device"), "kind": match.group("kind") or "model",
                             "bytes": int(float(match.group("size")) * _UNITS[match.group("unit")])})
-    failed = _LOAD_FAILED.search(text)
-    return {"buffers": buffers, "error": failed.group(0).strip() if failed else None}
+    retries = [i for i, line in enumerate(lines) if _RETRY.search(line)]
+    last_retry = retries[-1] if retries else -1
+    error, given_up = None, []
+    for i, line in enumerate(lines):
+        failed = _LOAD_FAILED.search(line)
+        if not failed or _RETRY.search(line):
+            continue
+        if i < last_retry and "failed to allocate" in failed.group(0) or i < last_retry and "cudaMalloc" in line:
+            given_up.append(line.strip())
+            continue
+        error = failed.group(0).strip()
+        break
+    degraded = ({"line": _RETRY.search(lines[last_retry]).group(0).strip(), "given_up": given_up}
+                if retries and not error else None)
+    return {"buffers": buffers, "error": error, "degraded": degraded, "fatal": _fatal(lines, bool(buffers))}
+
+
+def _fatal(lines: list[str], loaded: bool) -> dict | None:
+    """The first line the process died on, with the GPU it names and why."""
+    first_buffer = next((i for i, line in enumerate(lines) if _BUFFER.search(line)), None)
+    for i, line in enumerate(lines):
+        said = _FATAL.search(line)
+        if not said:
+            continue
+        around = lines[i:i + 4]
+        index = next((int(m.group("index")) for m in map(_CURRENT_DEVICE.search, around) if m), None)
+        where = next((m.group(0).strip() for m in map(_FAILED_IN.search, lines[max(i - 1, 0):i + 4])
+                      if m and m.group(0) not in said.group(0)), None)
+        gpu = {"index": index}
+        if index is not None:
+            listed = [m for m in map(_CUDA_DEVICE.search, lines) if m and int(m.group("index")) == index]
+            if listed:
+                gpu.update(name=listed[0].group("name").strip(), compute_capability=listed[0].group("cc"))
+        cc = gpu.get("compute_capability")
+        cause = next((c.format(cc=f" (compute capability {cc}, sm_{cc.replace('.', '')})" if cc else "")
+                      for words, c in _CAUSES if words in said.group(0) or words in line), None)
+        return {"line": said.group(0).strip(), "where": where, "gpu": gpu, "cause": cause,
+                "after_load": loaded and first_buffer is not None and first_buffer < i}
+    return None
+
+
+def death_message(fatal: dict, host: str) -> str:
+    """A death read by parse_buffers, in words: node, GPU, the fatal line, the cause."""
+    gpu = fatal.get("gpu") or {}
+    device = ""
+    if gpu.get("index") is not None:
+        device = f" on GPU {gpu['index']}" + (f" ({gpu['name']}, compute capability {gpu['compute_capability']})"
+                                              if gpu.get("name") else "")
+    when = "after it loaded the model (every buffer was placed)" if fatal.get("after_load") else "while loading"
+    return (f"llama-server on {host} died {when}{device}: {fatal['line']}"
+            + (f" [{fatal['where']}]" if fatal.get("where") else "")
+            + (f": {fatal['cause']}" if fatal.get("cause") else ""))
 
 
 def device_host(device: str, devices: dict, master: str) -> str | None:

@@ -138,3 +138,12 @@ def test_clients_are_judged_each_on_its_own_output(capsys, monkeypatch):
     assert code == 1 and "clients[0]: needs server and takes only" in result["msg"]
     code, result = run({"test": "ib_write_bw", "clients": [clients[0], dict(clients[1], test="ib_write_bww")]}, capsys)
     assert code == 1 and "clients[1]: needs server" in result["msg"] and "ib_write_bww" in result["msg"]
+
+
+def test_a_failed_iperf3_is_said_once_through_the_module(capsys):
+    """iperf3's own error (a real capture) reads 'iperf3 failed: ...' once, not twice."""
+    path = FIXTURES / "net" / "iperf3_json_error_no_route.json"
+    code, result = run({"test": "iperf3", "from_file": str(path), "label": "rail1"}, capsys)
+    assert code == 1
+    assert result["msg"] == ("bandwidth: rail1: iperf3 failed: error - unable to connect to server: "
+                             "No route to host")

@@ -32,8 +32,8 @@ def run(rails, journals: dict, capsys, monkeypatch):
     def run_command(self, argv, **_kw):
         calls.append(argv)
         if argv[1] == "show":
-            return 0, f"inv-{argv[-1]}\n", ""
-        unit = argv[-1].split("=", 1)[1].removeprefix("inv-")
+            return 0, f"InvocationID=inv-{argv[-1]}\nInactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n", ""
+        unit = argv[argv.index("-o") + 2].split("=", 1)[1].removeprefix("inv-")
         return 0, journals[unit], ""
 
     monkeypatch.setattr(rpc_transport_facts.AnsibleModule, "run_command", run_command)
@@ -50,7 +50,7 @@ def test_the_newest_connection_over_rdma_on_the_rails_device_passes(capsys, monk
                                 "banner": "TCP (RDMA auto-negotiate enabled)", "connections": 5,
                                 "rdma_connections": 4, "failures": [], "problem": None}]
     # only what this start of the unit logged
-    assert calls[1][-3:] == ["_SYSTEMD_INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service", "+",
+    assert calls[1][4:7] == ["_SYSTEMD_INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service", "+",
                              "INVOCATION_ID=inv-twinrail-rpc@192.168.100.11.service"]
 
 

@@ -141,7 +141,7 @@ def _gate(text: str, plan: dict, capsys, monkeypatch, started=True, invocation="
     def run_command(self, argv, **_kw):
         calls.append(argv)
         if argv[1] == "show":
-            return 0, f"{invocation}\n", ""
+            return 0, f"InvocationID={invocation}\nInactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n", ""
         return 0, text, ""
 
     monkeypatch.setattr(tensor_split_gate.AnsibleModule, "run_command", run_command)
@@ -158,7 +158,8 @@ BEOWULF_PLAN = {"master": "n1", "nodes": {"n1": 0.25, "n2": 0.25, "n3": 0.25, "n
 def test_the_gate_reads_only_this_start_of_the_unit_and_names_node_planned_and_measured(capsys, monkeypatch):
     result, calls = _gate(BEOWULF, BEOWULF_PLAN, capsys, monkeypatch)
     # the unit's own lines and systemd's about this invocation
-    assert calls[1][-3:] == ["_SYSTEMD_INVOCATION_ID=inv-1", "+", "INVOCATION_ID=inv-1"]
+    assert calls[1][-7:] == ["_SYSTEMD_INVOCATION_ID=inv-1", "+", "INVOCATION_ID=inv-1", "+", "_TRANSPORT=kernel",
+                             "--since", "Sat 2026-12-05 10:00:00 UTC"]
     assert result["failed"] is True
     assert result["msg"].startswith("service: n1: step 3 (master, cluster mode): the split of the layers is not "
                                     "the memory plan's: n1: planned 25.0% of the model and KV cache, measured 9.5%")

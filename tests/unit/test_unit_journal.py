@@ -1,0 +1,52 @@
+"""unit_journal: a unit's journal read by journald's structured fields
+(journalctl -o json: MESSAGE_ID, EXIT_CODE, UNIT_RESULT), whatever its
+words, and the kernel's OOM kills of the unit's cgroup; on real captures
+(tests/fixtures/lab/SOURCES.md)."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES
+
+from unit_journal import (PROCESS_EXIT_ID, UNIT_FAILED_ID, kernel_oom_of, messages, parse_records,
+                          record_failures, unit_failures)
+
+LAB = FIXTURES / "lab"
+KILLED = (LAB / "journal_json_u_oomprobe_memcg_killed_cgroup_v1_lab.jsonl").read_text()
+DMESG = (LAB / "dmesg_memcg_oom_kill_oomprobe_unit_lab.txt").read_text()
+
+
+def test_a_killed_process_is_read_by_its_records_ids_and_fields():
+    records = parse_records(KILLED)
+    assert [r["MESSAGE_ID"] for r in records] == [PROCESS_EXIT_ID, UNIT_FAILED_ID]
+    assert record_failures(records) == ["oomprobe.service: Main process exited, code=killed, status=9/KILL",
+                                        "oomprobe.service: Failed with result 'signal'."]
+    # the text reader takes the same JSON and reads it by its records
+    assert unit_failures(KILLED) == record_failures(records)
+
+
+def test_the_ids_decide_not_the_words():
+    """A systemd that words its messages otherwise (another version, a
+    translation) is still read: the records' ids and fields say it."""
+    records = parse_records(KILLED)
+    for record in records:
+        record["MESSAGE"] = "Hauptprozess beendet"  # not systemd's English
+    assert len(record_failures(records)) == 2
+    clean = [dict(r, EXIT_CODE="exited", EXIT_STATUS="0") for r in records[:1]]
+    assert record_failures(clean) == []  # a process that exited 0 is no failure
+
+
+def test_the_kernels_oom_kill_of_the_units_cgroup_is_a_failure():
+    """The kernel's lines as journald keeps them (_TRANSPORT=kernel, one
+    record a line of the real dmesg capture): the oom-kill line names the
+    unit's cgroup, the kill line after it is the unit's; another unit's is not."""
+    lines = [line.split("] ", 1)[1] for line in DMESG.splitlines()]
+    records = [{"_TRANSPORT": "kernel", "MESSAGE": line} for line in lines]
+    ours = [r for r in records if kernel_oom_of(r, records, "oomprobe.service")]
+    assert [r["MESSAGE"].split(":", 1)[0] for r in ours] == ["oom-kill", "Memory cgroup out of memory"]
+    assert not [r for r in records if kernel_oom_of(r, records, "twinrail-llama.service")]
+    assert record_failures(ours) == ["kernel: Memory cgroup out of memory: Killed process 27626 (python3)"]
+    # pasted as text (dmesg), the kill line is read too
+    assert unit_failures(DMESG) == ["[28545.933516] Memory cgroup out of memory: Killed process 27626 (python3) "
+                                    "total-vm:81432kB, anon-rss:65280kB, file-rss:8476kB, shmem-rss:0kB, UID:0 "
+                                    "pgtables:204kB oom_score_adj:0"]
+    assert messages(ours).count("\n") == 1
