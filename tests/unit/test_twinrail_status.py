@@ -177,6 +177,32 @@ def test_an_rdma_rail_serving_over_tcp_warns(cluster):
                                   "rocep1s0f0"}]
 
 
+def test_a_sick_gpu_is_health_err_naming_node_gpu_and_counter(cluster):
+    """The worker's probe with nvidia-smi -q of an A10 whose row remap is
+    pending and a kernel log with Xid 13s (real captures,
+    tests/fixtures/gpu-health/): ERR for the GPU, WARN for the Xids; a
+    node whose nvidia-smi fails says what it means."""
+    health = REPO / "tests" / "fixtures" / "gpu-health"
+    probes = copy.deepcopy(PROBES)
+    probes["lab-worker1"]["gpu"] = {
+        "rc": 0, "stderr": "", "loaded": True,
+        "detail": (health / "nvidia_smi_q_a10_remapped_rows_uncorrectable4_pending_gpud.txt").read_text(),
+        "xid": (health / "dmesg_decode_iso_xid13_43_gpud.txt").read_text()}
+    probes["lab-master"]["gpu"] = {"rc": 6, "stderr": "", "loaded": True, "xid": "", "detail": (
+        REPO / "tests" / "fixtures" / "gpu" / "nvidia_smi_fail_device_handle_unknown_error.txt").read_text()}
+    result = judged(cluster, probes)
+    assert result["health"] == "HEALTH_ERR"
+    gpu = [(c["severity"], c["node"], c["message"]) for c in result["checks"] if c["what"] == "gpu"]
+    assert gpu[0][:2] == ("ERR", "lab-master") and "the GPU at 0000:0B:00.0 (Unknown Error) did not" in gpu[0][2]
+    assert gpu[1] == ("ERR", "lab-worker1", "lab-worker1: GPU 0 (NVIDIA A10, 00000000:07:00.0): a row remap is "
+                      "pending (Remapped Rows / Pending: Yes, 4 row(s) for uncorrectable errors): reset the GPU or "
+                      "reboot to apply it")
+    assert [c[0] for c in gpu[2:]] == ["WARN", "WARN"]  # the Xid 13s and 43 of another bus: an application's
+    assert result["nodes"][1]["gpus"] == [{"index": 0, "name": "NVIDIA A10", "bus_id": "00000000:07:00.0",
+                                           "well": False}]
+    assert "    GPU 0   NVIDIA A10" in status.render(result) and "SICK (see above)" in status.render(result)
+
+
 def test_the_transport_comes_from_the_newest_connection_of_a_real_gb10_journal():
     text = (REPO / "tests" / "fixtures" / "hardware" /
             "rpc-server_gb10_rdma_autoneg_journal_probed_activated_thinkoffapp.txt").read_text()

@@ -1,7 +1,7 @@
 """twinrail: the operator's command line.
 
   twinrail [-i INV] status [--json]         the cluster in one screen, a verdict and an exit code
-  twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N]  the service's journals across nodes, by time
+  twinrail logs [NODE] [UNIT] [-f] [--since=S] [-n N] [--timings]  the service's journals across nodes, by time
   twinrail bench --key-file F [--streams N] [--duration S]  a short load through the proxy, its latency figures
   twinrail drill {kill-worker,stop-worker,cut-rail RAIL,memory-hog} --yes --key-file F   a fault drill, measured
   twinrail init SITE --profile P --node NAME=ADDRESS ... --user U   find the boxes, write inventory/SITE/ and its vault
@@ -27,6 +27,7 @@ from . import logs as logs_mod
 from . import probe, site as site_mod, status as status_mod
 from .inventory import InventoryError, site_name, vault_args
 from .inventory import load as load_inventory
+from ..loader import module_utils
 
 # the project's lab (an absolute path: the command may run from anywhere)
 DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", str(status_mod.REPO / "inventory" / "lab"))
@@ -108,8 +109,16 @@ def cmd_logs(args) -> int:
             per_node[spec.name] = logs_mod.entries(spec.name, result.stdout)
         except Exception as exc:  # pylint: disable=broad-except  # an unreachable node is said, not a traceback
             failed.append(f"{spec.name}: unreachable: {type(exc).__name__}: {exc}")
-    for entry in logs_mod.interleave(per_node):
-        print(logs_mod.line(entry))
+    if args.timings:
+        # llama.cpp's timing lines of what was read, a request a line, with their summary
+        timings = module_utils("llama_timings")
+        for name, found in per_node.items():
+            requests = timings.parse_timings("\n".join(e["message"] for e in found))
+            for said in timings.lines(requests) if requests else ["no timing lines in what was read"]:
+                print(f"{name}: {said}")
+    else:
+        for entry in logs_mod.interleave(per_node):
+            print(logs_mod.line(entry))
     for message in failed:
         print(f"twinrail logs: {message}", file=sys.stderr)
     return 1 if failed else 0
@@ -268,6 +277,9 @@ def main(argv=None) -> int:
     logs.add_argument("-f", "--follow", action="store_true", help="follow the journals as they grow")
     logs.add_argument("--since", help="journalctl --since (e.g. '-10min', '2026-12-01 10:00')")
     logs.add_argument("-n", "--lines", type=int, default=50, help="lines per node without --since (default 50)")
+    logs.add_argument("--timings", action="store_true",
+                      help="llama.cpp's timing lines of what was read: prefill and decode per request, cached "
+                           "prompt tokens and single-token rates left out")
     logs.set_defaults(func=cmd_logs)
     bench = command("bench", help="a short load through the proxy: latency and tokens/s, 1 then N streams")
     bench.add_argument("--url", help="the proxy (default https://<the master's address>:<its proxy port>)")

@@ -5,7 +5,8 @@ fabric.ThreadingGroup. It prints one JSON object: the service's units, the
 links and addresses, the rail speeds, each RPC server's journal since it
 started, the deployment record and, where they listen, the guard's status,
 llama-server's metrics, the proxy's answer and Prometheus's (the tokens
-generated over the last minute, the alerts firing)."""
+generated over the last minute, the alerts firing) and, where nvidia-smi
+is installed, its -q reading and the kernel's Xid lines since boot."""
 
 from __future__ import annotations
 
@@ -69,6 +70,16 @@ if os.path.exists("/usr/bin/prometheus"):  # the monitoring stage's Prometheus, 
     out["prometheus"] = {"tokens": get(api + "query?query=" + urllib.request.quote(
                              "sum(rate(llamacpp:tokens_predicted_total[1m]))")),
                          "alerts": get(api + "alerts")}
+smi = next((p for p in ("/usr/bin/nvidia-smi", "/usr/sbin/nvidia-smi") if os.path.exists(p)), None)
+if smi:  # the GPUs' health (nvidia-smi -q) and the kernel's Xid lines about them since boot
+    try:
+        q = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=30, env=dict(os.environ, LC_ALL="C"))
+        out["gpu"] = {"rc": q.returncode, "detail": q.stdout, "stderr": q.stderr[-2000:],
+                      "loaded": os.path.exists("/proc/driver/nvidia/version")}
+    except (OSError, subprocess.SubprocessError) as e:
+        out["gpu"] = {"rc": None, "detail": "", "stderr": str(e), "loaded": False}
+    out["gpu"]["xid"] = "\n".join([line for line in run("journalctl", "-k", "-b", "--no-pager", "-o", "short-iso")
+                                     .splitlines() if "NVRM: Xid" in line][-50:])
 print(json.dumps(out))
 '''
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from twinrail.guard.transport import parse_log, server_problem
 
+from ..loader import module_utils
 from .inventory import Cluster
 
 SCHEMA = 1
@@ -155,6 +156,8 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             if rail.rdma_device and row["transport"] == "tcp":
                 check("WARN", node.name, rail.name, f"{node.name}: {rail.name}'s RPC server serves over TCP although "
                                                     f"the rail has RDMA device {rail.rdma_device}")
+        if probe.get("gpu"):
+            entry["gpus"] = gpus(node.name, probe["gpu"], check)
         memory = (guard.get("memory") or {}).get(node.name)
         if memory:
             entry["memory"] = {"percent": memory.get("percent"), "used": memory.get("used"),
@@ -227,6 +230,30 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             "time": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
 
 
+def gpus(name: str, probe: dict, check) -> list[dict]:
+    """A node's GPUs as the GPU gate reads them (nvidia-smi -q and the
+    kernel's Xid lines since boot): a row per GPU, ERR for a GPU that needs
+    a reset or a replacement, WARN for a past or an application's error,
+    ERR naming what nvidia-smi's failure means."""
+    facts, health = module_utils("gpu_facts"), module_utils("gpu_health")
+    text = probe.get("detail") or ""
+    try:
+        detail = facts.parse_detail(text)
+    except facts.ParseError:
+        check("ERR", name, "gpu", f"{name}: " + health.smi_failure(probe.get("rc"), (probe.get("stderr") or "") + "\n"
+                                                                   + text, bool(probe.get("loaded"))))
+        return []
+    for problem in detail["problems"]:
+        check("ERR", name, "gpu", f"{name}: {problem}")
+    refused, warned = health.node_health(name, {"detail": detail, "xids": health.parse_xids(probe.get("xid") or "")})
+    for sentence in refused:
+        check("ERR", name, "gpu", sentence)
+    for sentence in warned:
+        check("WARN", name, "gpu", sentence)
+    return [{"index": g["index"], "name": g["name"], "bus_id": g["bus_id"],
+             "well": not any(f"GPU {g['index']} (" in s for s in refused)} for g in detail["gpus"]]
+
+
 def _shown(value, unknown: str = "unknown") -> str:
     """A figure as the screen shows it: a value not read is unknown, never
     Python's None."""
@@ -252,6 +279,9 @@ def render(status: dict) -> str:
             since = f" since {unit['since']}" if unit["since"] and unit["active"] == "active" else ""
             restarts = f", {unit['restarts']} restarts" if unit["restarts"] else ""
             lines.append(f"    {unit['unit']:<38} {unit['active']}{since}{restarts}")
+        for gpu in node.get("gpus") or []:
+            lines.append(f"    GPU {gpu['index']:<3} {gpu['name']:<34} {gpu['bus_id']:<16} "
+                         f"{'healthy' if gpu['well'] else 'SICK (see above)'}")
         for rail in node["rails"]:
             speed = f"{rail['speed_mbps'] / 1000:g} Gb/s" if rail["speed_mbps"] and rail["speed_mbps"] > 0 else "speed n/a"
             extra = f", transport {rail['transport']}" if rail["transport"] else ""
