@@ -288,7 +288,8 @@ def api_key_problems(keys) -> list[str]:
     return problems
 
 
-MEASURED_STAGES = ("bandwidth", "acceptance", "weights", "backup")
+# the stages twinrail_measure can force: those whose role's defaults ask it (the stage registry)
+MEASURED_STAGES = module_utils("stages").measured(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def measure_mode(value, stage: str) -> str:

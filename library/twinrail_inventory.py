@@ -34,12 +34,15 @@ options:
     required: true
   names:
     description:
-      - For every host of the C(cluster) group, the names of its variables with twinrail's prefixes
-        (C(twinrail_) and each stage's, e.g. C(inference_service_)); an unknown one is refused with the closest
-        known name. Not checked when absent.
+      - For every host of the C(cluster) group, the names of its variables (names only). Those with twinrail's
+        prefixes (C(twinrail_) and each stage's from the stage registry, C(module_utils/stages.py), e.g.
+        C(inference_service_), C(monitoring_)) are checked; an unknown one is refused with the closest known name.
+        Not checked when absent.
     type: dict
   roles_dir:
-    description: Where the stages' roles are; the option names of their argument specs are the known settings.
+    description: >-
+      Where the stages' roles are; the option names of their argument specs are the known settings, and the
+      directory above holds site.yml, whose play files give the stages and their prefixes.
     type: path
 attributes:
   check_mode:
@@ -73,6 +76,7 @@ import os
 import yaml
 from ansible.module_utils.inventory_rules import validate
 from ansible.module_utils.judge import run_module
+from ansible.module_utils.stages import prefixes
 
 
 def stage_settings(roles_dir: str) -> set:
@@ -97,7 +101,9 @@ ARGUMENT_SPEC = {
 def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     groups = p["groups"]
     settings = stage_settings(p["roles_dir"]) if p["roles_dir"] else set()
-    errors = validate(groups, p["nodes"], p["names"], settings)
+    # every stage's prefix, from the stage registry (site.yml and its play files)
+    watched = prefixes(os.path.dirname(p["roles_dir"])) if p["roles_dir"] else ()
+    errors = validate(groups, p["nodes"], p["names"], settings, watched)
     checked = list(groups.get("master") or []) + list(groups.get("workers") or [])
     if errors:
         return {"failed": True, "errors": errors, "nodes": checked,

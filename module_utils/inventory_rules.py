@@ -81,21 +81,20 @@ TWINRAIL_VARIABLES = (
     "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
     "twinrail_lab_memory_mb", "twinrail_lab_publish",
 )
-STAGE_PREFIXES = ("preflight_", "system_backup_", "kernel_tuning_", "rdma_network_", "bandwidth_gate_",
-                  "runtime_build_", "weights_sync_", "inference_service_", "acceptance_")
-NAME_PREFIXES = ("twinrail_",) + STAGE_PREFIXES
 # set by one stage for the next (set_fact), never by a site
 STAGE_FACTS = ("rdma_network_active_rails", "rdma_network_check_pending")
 
 
-def check_names(names_by_host: dict, settings: set) -> list[str]:
-    """Unknown names with twinrail's prefixes, each once with the hosts that
-    have it and the closest known name."""
+def check_names(names_by_host: dict, settings: set, prefixes: tuple) -> list[str]:
+    """Unknown names with twinrail's prefix or a stage's (``prefixes``: the
+    stage registry's, module_utils/stages.py), each once with the hosts
+    that have it and the closest known name."""
     known = sorted(set(TWINRAIL_VARIABLES) | set(settings) | set(STAGE_FACTS))
+    watched = ("twinrail_",) + tuple(prefixes)
     hosts_of: dict = {}
     for host in sorted(names_by_host):
         for name in names_by_host[host] or []:
-            if name.startswith(NAME_PREFIXES) and name not in known:
+            if name.startswith(watched) and name not in known:
                 hosts_of.setdefault(name, []).append(host)
     errors = []
     for name in sorted(hosts_of):
@@ -103,7 +102,7 @@ def check_names(names_by_host: dict, settings: set) -> list[str]:
         hint = f"; did you mean {close[0]}?" if close else ""
         errors.append(
             f"{', '.join(hosts_of[name])}: {name}: expected a name twinrail reads (an inventory variable in README's "
-            f"table or a stage's setting in roles/<stage>/meta/argument_specs.yml), got an unknown one, which every "
+            f"table or a stage's setting in roles/<role>/meta/argument_specs.yml), got an unknown one, which every "
             f"stage would ignore{hint}")
     return errors
 
@@ -527,12 +526,16 @@ class Validator:
         return self.errors
 
 
-def validate(groups: dict, nodes: dict, names: dict | None = None, settings: set | None = None) -> list[str]:
+def validate(groups: dict, nodes: dict, names: dict | None = None, settings: set | None = None,
+             prefixes: tuple | None = None) -> list[str]:
     """Every defect of the inventory, one sentence each (empty: sound).
 
     names: {host: every variable name it has}, checked against the known
-    ones when given; settings: the stages' setting names."""
+    ones when given; settings: the stages' setting names; prefixes: the
+    stages' setting prefixes (the registry's), required with names."""
     errors = Validator(groups, nodes).run()
     if names is not None:
-        errors += check_names(names, settings or set())
+        if prefixes is None:
+            raise ValueError("validate: names given without the stages' prefixes (module_utils/stages.py)")
+        errors += check_names(names, settings or set(), prefixes)
     return errors

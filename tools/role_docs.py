@@ -18,10 +18,11 @@ from pathlib import Path
 
 import yaml
 
+from twinrail.loader import module_utils
+
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = {"preflight": "preflight", "system_backup": "backup", "kernel_tuning": "kernel", "rdma_network": "rdma",
-          "bandwidth_gate": "bandwidth", "runtime_build": "runtime", "weights_sync": "weights",
-          "inference_service": "service", "monitoring": "monitoring", "acceptance": "acceptance"}
+# role -> its stage's name (the tag), from the stage registry (module_utils/stages.py)
+STAGES = {role: stage["name"] for role, stage in module_utils("stages").by_role(ROOT).items()}
 _TOP = re.compile(r"^([a-z][a-z0-9_]*):")
 
 

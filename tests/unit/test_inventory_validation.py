@@ -14,7 +14,8 @@ import json
 import pytest
 from conftest import REPO, load_inventory
 
-from inventory_rules import validate
+from inventory_rules import check_names, validate
+from stages import prefixes, registry
 
 EXAMPLE = REPO / "inventory" / "example"
 LAB = REPO / "inventory" / "lab"
@@ -421,21 +422,57 @@ def test_every_name_of_the_shipped_inventories_is_known(inventory):
     groups, nodes = load_inventory(inventory)
     names = all_names(inventory)
     assert any(n.startswith("inference_service_") for n in names[groups["master"][0]])
-    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes)), names, settings()) == []
+    assert validate(json.loads(json.dumps(groups)), json.loads(json.dumps(nodes)), names, settings(),
+                    prefixes(REPO)) == []
 
 
 def test_typos_are_named_once_with_their_hosts_and_the_closest_name():
-    from inventory_rules import check_names
     names = {"spark-a": ["twinrail_weight", "system_backup_retension", "ansible_host", "twinrail_rails"],
              "spark-b": ["twinrail_weight", "acceptance_min_prefil_tps"]}
-    errors = check_names(names, settings())
+    errors = check_names(names, settings(), prefixes(REPO))
     assert [e.split(":")[0] + ":" + e.split(":")[1] for e in errors] == [
         "spark-b: acceptance_min_prefil_tps", "spark-a: system_backup_retension", "spark-a, spark-b: twinrail_weight"]
     assert errors[0].endswith("did you mean acceptance_min_prefill_tps?")
     assert errors[1].endswith("did you mean system_backup_retention?")
     assert errors[2].endswith("did you mean twinrail_weights?")
     # far from every known name: refused without a guess
-    assert check_names({"n": ["twinrail_zzzzzzzzzzzz"]}, settings())[0].endswith("which every stage would ignore")
+    assert check_names({"n": ["twinrail_zzzzzzzzzzzz"]}, settings(), prefixes(REPO))[0].endswith(
+        "which every stage would ignore")
+
+
+def _misspelt(name: str) -> str:
+    """A setting with one letter dropped from its last word (retention_time -> retention_tme)."""
+    head, last = name.rsplit("_", 1)
+    cut = 1 if len(last) > 2 else 0
+    return f"{head}_{last[:cut]}{last[cut + 1:]}"
+
+
+def test_a_misspelt_setting_of_every_stage_is_refused_with_the_closest_name():
+    """Every stage of the registry (site.yml's play files and their roles,
+    so a new stage cannot be missed): one of its settings misspelt is
+    refused, naming the setting it meant; monitoring_retention_tme among them."""
+    known = settings()
+    stages = registry(REPO)
+    assert [s["name"] for s in stages] == ["preflight", "backup", "kernel", "rdma", "bandwidth", "runtime", "weights",
+                                           "service", "monitoring", "acceptance"]
+    for stage in stages:
+        own = sorted(n for n in known if n.startswith(stage["prefix"]))
+        assert own, f"{stage['name']}: no setting with the prefix {stage['prefix']}"
+        meant = own[0]
+        typo = _misspelt(meant)
+        errors = check_names({"spark-a": [typo, meant]}, known, prefixes(REPO))
+        assert len(errors) == 1 and errors[0].startswith(f"spark-a: {typo}: expected a name twinrail reads"), stage
+        assert errors[0].endswith(f"did you mean {meant}?"), (stage, errors)
+    errors = check_names({"spark-a": ["monitoring_retention_tme"]}, known, prefixes(REPO))
+    assert errors == ["spark-a: monitoring_retention_tme: expected a name twinrail reads (an inventory variable in "
+                      "README's table or a stage's setting in roles/<role>/meta/argument_specs.yml), got an unknown "
+                      "one, which every stage would ignore; did you mean monitoring_retention_time?"]
+
+
+def test_names_without_the_stages_prefixes_are_a_programming_error():
+    groups, nodes = load_inventory(REPO / "inventory" / "example")
+    with pytest.raises(ValueError, match="without the stages' prefixes"):
+        validate(groups, nodes, {"n": ["twinrail_weight"]}, settings())
 
 
 def test_the_facts_stages_hand_on_are_the_only_unspecified_prefixed_names():
@@ -443,14 +480,16 @@ def test_the_facts_stages_hand_on_are_the_only_unspecified_prefixed_names():
     stage; it must be declared, or preflight would call it a typo when
     passed with -e (and a new one would go unnoticed)."""
     import yaml as _yaml
-    from inventory_rules import STAGE_FACTS, STAGE_PREFIXES
+    from inventory_rules import STAGE_FACTS
+    from stages import prefixes
+    stage_prefixes = prefixes(REPO)
     found = set()
 
     def walk(node):
         if isinstance(node, dict):
             facts = node.get("ansible.builtin.set_fact")
             if isinstance(facts, dict):
-                found.update(k for k in facts if k.startswith(STAGE_PREFIXES))
+                found.update(k for k in facts if k.startswith(stage_prefixes))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
