@@ -17,7 +17,7 @@ description:
     PCIe link at the card's maximum (its width, or at least C(min_width);
     the generation the link can reach against the card's), naming node and
     GPU.
-  - Per GPU, its health (gpu_health): refused when nvidia-smi cannot read
+  - Per GPU, its health (gpu_health). Refused when nvidia-smi cannot read
     its ECC state, with uncorrectable ECC errors since the driver loaded,
     pages pending retirement, a row remap pending or failed, or an Xid in
     the kernel log since boot that needs a reset (48, 79, 95, ...), naming

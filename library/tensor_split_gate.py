@@ -17,8 +17,8 @@ description:
     than O(tolerance) of it plus one layer's worth, naming the node, the
     planned and the measured share; or when the loader failed (its error
     line); or when the process died, before or after the load (a CUDA
-    error, a failed assertion: the fatal line, the GPU it names and what
-    it means), or systemd or the kernel ended or OOM-killed a process of
+    error, a failed assertion; named with the fatal line, the GPU it names
+    and what it means), or systemd or the kernel ended or OOM-killed a process of
     the unit; or when the unit was started in this run and its journal holds
     no buffer lines.
   - Passes with a warning when llama.cpp's compute buffers did not fit

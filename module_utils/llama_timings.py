@@ -26,9 +26,12 @@ import re
 _TIME = re.compile(r"(?P<what>prompt eval|(?<!prompt )eval|total) time\s*=\s*(?P<ms>[\d.]+) ms"
                    r"(?:\s*/\s*(?P<n>\d+) (?:tokens|runs))?"
                    r"(?:\s*\(\s*[\d.]+ ms per token,\s*(?P<rate>[\d.]+|inf|nan) tokens per second\))?")
-# "cached n_tokens = 55, memory_seq_rm [55, end)" (newer servers), older
-# "n_past = 55": the prompt's tokens taken from the cache, before its timing lines
-_CACHED = re.compile(r"(?:cached n_tokens|n_past) = (?P<n>\d+)")
+# the prompt's tokens taken from the cache, logged before its timing lines:
+# "cached n_tokens = 55, memory_seq_rm [55, end)" (newer servers), "kv cache
+# rm [55, end)" and "kv cache rm [p0, end) | ... p0=55" (older; JSON logs
+# carry p0 as a field). n_past is not it: it counts the tokens processed too.
+_CACHED = re.compile(r"cached n_tokens = (?P<a>\d+)|kv cache rm \[(?P<b>\d+), end\)"
+                     r"|kv cache rm \[p0, end\).*?\bp0=(?P<c>\d+)")
 # a rate needs at least this many tokens to be a measurement
 MIN_TOKENS = 2
 
@@ -70,7 +73,7 @@ def parse_timings(text: str) -> list[dict]:
         message = _message(line)
         from_cache = _CACHED.search(message)
         if from_cache:
-            cached = int(from_cache.group("n"))
+            cached = int(next(g for g in from_cache.groups() if g is not None))
         said = _TIME.search(message)
         if not said:
             continue

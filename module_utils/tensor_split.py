@@ -66,7 +66,10 @@ _FATAL = re.compile(r"(?:CUDA error: \S[^\n]*|CUDA error \d+ at \S+: [^\n]+|ROCm
                     r"|GGML_ASSERT\([^\n]*\) failed[^\n]*|GGML_ASSERT: [^\n]+"
                     r"|terminate called after throwing an instance of [^\n]+)")
 _CURRENT_DEVICE = re.compile(r"current device: (?P<index>\d+)")
-_FAILED_IN = re.compile(r"\S+\.(?:cu|cpp|c):\d+: [^\n]*")
+# where: "current device: 1, in function ggml_cuda_op_mul_mat at .../ggml-cuda.cu:1621", else "file.cu:110: ..."
+_IN_FUNCTION = re.compile(r"in function (?P<function>\S+) at (?P<file>\S+:\d+)")
+_FAILED_IN = re.compile(r"(?P<file>\S+\.(?:cu|cpp|c|h):\d+): ")
+_COMPUTE = re.compile(r"compute buffer size\s*=")
 # "  Device 1: NVIDIA GeForce RTX 5090, compute capability 12.0, VMM: yes"
 _CUDA_DEVICE = re.compile(r"Device (?P<index>\d+): (?P<name>[^,\n]+), compute capability (?P<cc>\d+\.\d+)")
 # what each death means on real hardware, and what to do
@@ -229,20 +232,23 @@ def parse_buffers(text: str) -> dict:
         break
     degraded = ({"line": _RETRY.search(lines[last_retry]).group(0).strip(), "given_up": given_up}
                 if retries and not error else None)
-    return {"buffers": buffers, "error": error, "degraded": degraded, "fatal": _fatal(lines, bool(buffers))}
+    return {"buffers": buffers, "error": error, "degraded": degraded, "fatal": _fatal(lines)}
 
 
-def _fatal(lines: list[str], loaded: bool) -> dict | None:
+def _fatal(lines: list[str]) -> dict | None:
     """The first line the process died on, with the GPU it names and why."""
-    first_buffer = next((i for i, line in enumerate(lines) if _BUFFER.search(line)), None)
+    # the load is done once its buffers (or the context's compute buffers, the load's last step) were placed
+    first_buffer = next((i for i, line in enumerate(lines) if _BUFFER.search(line) or _COMPUTE.search(line)), None)
     for i, line in enumerate(lines):
         said = _FATAL.search(line)
         if not said:
             continue
         around = lines[i:i + 4]
         index = next((int(m.group("index")) for m in map(_CURRENT_DEVICE.search, around) if m), None)
-        where = next((m.group(0).strip() for m in map(_FAILED_IN.search, lines[max(i - 1, 0):i + 4])
-                      if m and m.group(0) not in said.group(0)), None)
+        function = next((m for m in map(_IN_FUNCTION.search, around) if m), None)
+        where = (f"in {function.group('function')} at {function.group('file')}" if function else
+                 next((f"at {m.group('file')}" for m in map(_FAILED_IN.search, lines[max(i - 1, 0):i + 4]) if m),
+                      None))
         gpu = {"index": index}
         if index is not None:
             listed = [m for m in map(_CUDA_DEVICE.search, lines) if m and int(m.group("index")) == index]
@@ -252,7 +258,7 @@ def _fatal(lines: list[str], loaded: bool) -> dict | None:
         cause = next((c.format(cc=f" (compute capability {cc}, sm_{cc.replace('.', '')})" if cc else "")
                       for words, c in _CAUSES if words in said.group(0) or words in line), None)
         return {"line": said.group(0).strip(), "where": where, "gpu": gpu, "cause": cause,
-                "after_load": loaded and first_buffer is not None and first_buffer < i}
+                "after_load": first_buffer is not None and first_buffer < i}
     return None
 
 

@@ -59,8 +59,8 @@ def test_the_failures_before_a_restart_that_worked_are_history():
 def run_module(rails, journals, capsys, monkeypatch):
     def run_command(self, argv, **_kw):
         if argv[1] == "show":
-            return 0, f"inv-{argv[-1]}\n", ""
-        return 0, journals[argv[-1].split("=", 1)[1].removeprefix("inv-")], ""
+            return 0, f"InvocationID=inv-{argv[-1]}\nInactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n", ""
+        return 0, journals[argv[argv.index("-o") + 2].split("=", 1)[1].removeprefix("inv-")], ""
 
     monkeypatch.setattr(rpc_transport_facts.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(rpc_transport_facts.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)

@@ -50,3 +50,28 @@ def test_the_kernels_oom_kill_of_the_units_cgroup_is_a_failure():
                                     "total-vm:81432kB, anon-rss:65280kB, file-rss:8476kB, shmem-rss:0kB, UID:0 "
                                     "pgtables:204kB oom_score_adj:0"]
     assert messages(ours).count("\n") == 1
+
+
+HEALTH = FIXTURES / "gpu-health"
+
+
+def test_systemds_oom_kill_of_a_unit_is_a_failure_where_its_process_exited_1():
+    """The OOM killer took a process of the unit; its main process then
+    exited 1 and the unit ended 'oom-kill' (a real systemctl/journal capture)."""
+    failures = unit_failures((HEALTH / "systemctl_status_journal_unit_oom_kill_systemd_run_neevink.txt").read_text())
+    assert [f.split("highload-stress-test.service: ", 1)[1] for f in failures] == [
+        "A process of this unit has been killed by the OOM killer.",
+        "Main process exited, code=exited, status=1/FAILURE", "Failed with result 'oom-kill'."]
+
+
+def test_the_kernels_kill_lines_and_systemds_oom_line_in_syslog_are_read():
+    failures = unit_failures((HEALTH / "var_log_messages_memcg_oom_docker_scope_unit_oom_sparrc.txt").read_text())
+    assert len(failures) == 2
+    assert "kernel: Memory cgroup out of memory: Killed process 51947 (tail)" in failures[0]
+    assert failures[1].endswith(".scope: A process of this unit has been killed by the OOM killer.")
+    # two global OOM kills in dmesg, each read once (the oom-kill lines name a session scope, no unit of ours)
+    text = (HEALTH / "dmesg_oom_killed_process_global_oom_session_scope_shinode.txt").read_text()
+    assert [f.split("] ", 1)[1][:55] for f in unit_failures(text)] == [
+        "Out of memory: Killed process 3390463 (stateless-histo)", "Out of memory: Killed process 3477330 (stateless-histo)"]
+    records = [{"_TRANSPORT": "kernel", "MESSAGE": line.split("] ", 1)[1]} for line in text.splitlines()]
+    assert not [r for r in records if kernel_oom_of(r, records, "twinrail-llama.service")]
