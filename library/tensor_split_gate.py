@@ -40,6 +40,13 @@ options:
     description: Whether the unit was (re)started in this run (its buffer lines must be in the journal).
     type: bool
     default: true
+  deaths_only:
+    description: >-
+      Judge only whether the process died or failed to load (the fatal line, systemd's or the kernel's, the
+      load's error), and pass otherwise: what the service stage asks when C(/health) does not answer, to name
+      the cause instead of the journal's last lines.
+    type: bool
+    default: false
   unit:
     description: llama-server's unit.
     type: str
@@ -91,6 +98,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec={"plan": {"type": "dict", "required": True},
                                           "tolerance": {"type": "float", "default": 0.1},
                                           "started": {"type": "bool", "default": True},
+                                          "deaths_only": {"type": "bool", "default": False},
                                           "unit": {"type": "str", "default": "twinrail-llama.service"}},
                            supports_check_mode=True)
     plan, unit = module.params["plan"], module.params["unit"]
@@ -116,6 +124,9 @@ def main() -> None:
         module.fail_json(msg=f"{where}: llama-server's process ended or was killed after it loaded the model: "
                              f"{'; '.join(crashed[-2:])}", buffers=log["buffers"])
     degraded = log["degraded"]
+    if module.params["deaths_only"]:
+        module.exit_json(changed=False, nodes={}, total_bytes=0, buffers=log["buffers"], degraded=degraded,
+                         lines=["llama-server's journal names no death and no load error"])
     if degraded:
         module.warn(f"{where}: llama-server serves degraded: its compute buffers did not fit with pipeline "
                     f"parallelism, so it gave pipeline parallelism up (slower prompt processing across the "

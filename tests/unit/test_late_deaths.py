@@ -124,3 +124,28 @@ def test_the_gate_passes_a_degraded_load_with_a_warning_naming_what_was_given_up
                                             "layers: llama-server serves degraded: its compute buffers did not fit "
                                             "with pipeline parallelism")
     assert "failed to allocate CUDA1 buffer of size 54262464512" in warning
+
+
+def test_an_unhealthy_llama_server_is_named_by_its_death_not_its_last_lines(capsys, monkeypatch):
+    """deaths_only (the service stage's question when /health does not
+    answer): a death fails naming it; a log with none passes, leaving the
+    health gate's own message."""
+    def run(text, argv):
+        def run_command(self, cmd, **_kw):
+            if cmd[1] == "show":
+                return 0, "InvocationID=inv-1\nInactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n", ""
+            return 0, text, ""
+        monkeypatch.setattr(tensor_split_gate.AnsibleModule, "run_command", run_command)
+        monkeypatch.setattr(tensor_split_gate.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
+        with patch_module_args(argv), pytest.raises(SystemExit):
+            tensor_split_gate.main()
+        return json.loads(capsys.readouterr().out)
+
+    plan = {"master": "n1", "nodes": {"n1": 0.5, "n2": 0.5}, "layers": 32, "devices": {}}
+    died = run(read("ik-llama-server_cuda_illegal_memory_access_after_serving_2xT4_ik398.txt"),
+               {"plan": plan, "deaths_only": True})
+    assert died["failed"] and "died after it loaded the model (every buffer was placed) on GPU 1 (Tesla T4" in died["msg"]
+    # a split far from the plan's, but no death: not this question's business
+    alive = run(read("llama-server_old_llm_load_tensors_buffer_lines_2gpu_pipeline_pr6122_PARTIAL.txt"),
+                {"plan": plan, "deaths_only": True})
+    assert not alive.get("failed") and alive["lines"] == ["llama-server's journal names no death and no load error"]
