@@ -77,6 +77,11 @@ def since_start(module, unit: str, fallback_lines: int | None = None) -> Journal
         return Journal("", rc, "", err, [])
     rc, out, err = module.run_command([journalctl, "--no-pager", "-o", "json", *match],
                                       environ_update={"LC_ALL": "C"})
+    if rc != 0 and "--since" in match:
+        # a start time this journalctl cannot parse: the unit's own records alone
+        match = match[:match.index("+", 2)]
+        rc, out, err = module.run_command([journalctl, "--no-pager", "-o", "json", *match],
+                                          environ_update={"LC_ALL": "C"})
     records = parse_records(out)
     unit_records = [r for r in records if r.get("_TRANSPORT") != "kernel" or kernel_oom_of(r, records, unit)]
     return Journal(invocation, rc, messages(unit_records) if records else out, err, unit_records)

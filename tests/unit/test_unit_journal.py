@@ -75,3 +75,26 @@ def test_the_kernels_kill_lines_and_systemds_oom_line_in_syslog_are_read():
         "Out of memory: Killed process 3390463 (stateless-histo)", "Out of memory: Killed process 3477330 (stateless-histo)"]
     records = [{"_TRANSPORT": "kernel", "MESSAGE": line.split("] ", 1)[1]} for line in text.splitlines()]
     assert not [r for r in records if kernel_oom_of(r, records, "twinrail-llama.service")]
+
+
+def test_a_start_time_journalctl_cannot_parse_falls_back_to_the_units_own_records():
+    """journalctl refusing the --since (an older systemd, an odd time zone)
+    must not read as an unreadable journal: the unit's records are read alone."""
+    from unit_journal import since_start
+    calls = []
+
+    class Module:
+        def get_bin_path(self, name, *_a, **_k):
+            return name
+
+        def run_command(self, argv, **_kw):
+            calls.append(argv)
+            if argv[0] == "systemctl":
+                return 0, "InvocationID=d1c6\nInactiveExitTimestamp=Sat 2026-12-05 23:13:14 XYZT\n", ""
+            if "--since" in argv:
+                return 1, "", 'Failed to parse timestamp: Sat 2026-12-05 23:13:14 XYZT'
+            return 0, KILLED, ""
+
+    journal = since_start(Module(), "oomprobe.service")
+    assert journal.rc == 0 and len(journal.records) == 2
+    assert calls[-1][-3:] == ["_SYSTEMD_INVOCATION_ID=d1c6", "+", "INVOCATION_ID=d1c6"]
