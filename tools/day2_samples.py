@@ -57,7 +57,8 @@ _STATE = re.compile(r", \d+ restarts\b")
 _MASKS = [
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
     (re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\w* \d\d? \w+ \d{4} \d\d:\d\d:\d\d\b"), "<time>"),
-    (re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b"), "<time>"),
+    # systemd's "Sat 2026-12-05 23:13:14 UTC": the weekday is part of the time
+    (re.compile(r"\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b"), "<time>"),
     (re.compile(r"\b\w{3} \d\d \d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),

@@ -53,9 +53,10 @@ def test_a_misspelt_monitoring_setting_is_refused_before_any_host_changes(host, 
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(["ansible-playbook", "-i", str(copy), str(PROJECT / "site.yml")], capture_output=True,
                           text=True, env=env, timeout=600, check=False)
-    assert proc.returncode != 0, proc.stdout[-2000:]
-    assert ("lab-master, lab-worker1: monitoring_retention_tme: expected a name twinrail reads" in proc.stdout
-            and "did you mean monitoring_retention_time?" in proc.stdout), proc.stdout[-3000:]
+    said = proc.stdout + proc.stderr  # the failure goes to stderr under molecule's callback
+    assert proc.returncode != 0, said[-2000:]
+    assert ("lab-master, lab-worker1: monitoring_retention_tme: expected a name twinrail reads" in said
+            and "did you mean monitoring_retention_time?" in said), said[-3000:]
     assert "TASK [kernel_tuning" not in proc.stdout  # stopped in preflight
     for name, node in nodes.items():
         newer = node.run(f"sudo find {TREES} -newer {stamp}").stdout
