@@ -80,7 +80,7 @@ def test_a_retry_without_pipeline_parallelism_is_a_degraded_load_not_a_failure()
     assert cut["degraded"] is None and cut["error"] == "cudaMalloc failed: out of memory"
 
 
-def _gate(text: str, capsys, monkeypatch):
+def _gate(text: str, capsys, monkeypatch, args: dict | None = None):
     """The gate's result, with the warnings it gave in ``said`` (taken at
     the module: in a process that has loaded controller code, Ansible sends
     a module's warnings to its display instead of its result)."""
@@ -95,7 +95,7 @@ def _gate(text: str, capsys, monkeypatch):
     monkeypatch.setattr(tensor_split_gate.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(tensor_split_gate.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
     plan = {"master": "spark-a", "nodes": {"spark-a": 1.0}, "layers": 61, "devices": {}}
-    with patch_module_args({"plan": plan, "tolerance": 0.1}), pytest.raises(SystemExit):
+    with patch_module_args(args or {"plan": plan, "tolerance": 0.1}), pytest.raises(SystemExit):
         tensor_split_gate.main()
     return dict(json.loads(capsys.readouterr().out), said=said)
 
@@ -137,15 +137,7 @@ def test_an_unhealthy_llama_server_is_named_by_its_death_not_its_last_lines(caps
     answer): a death fails naming it; a log with none passes, leaving the
     health gate's own message."""
     def run(text, argv):
-        def run_command(self, cmd, **_kw):
-            if cmd[1] == "show":
-                return 0, "InvocationID=inv-1\nInactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n", ""
-            return 0, text, ""
-        monkeypatch.setattr(tensor_split_gate.AnsibleModule, "run_command", run_command)
-        monkeypatch.setattr(tensor_split_gate.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
-        with patch_module_args(argv), pytest.raises(SystemExit):
-            tensor_split_gate.main()
-        return json.loads(capsys.readouterr().out)
+        return _gate(text, capsys, monkeypatch, argv)
 
     plan = {"master": "n1", "nodes": {"n1": 0.5, "n2": 0.5}, "layers": 32, "devices": {}}
     died = run(read("ik-llama-server_cuda_illegal_memory_access_after_serving_2xT4_ik398.txt"),
