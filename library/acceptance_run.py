@@ -123,11 +123,11 @@ EXAMPLES = r"""
 - name: Measure the service
   acceptance_run:
     host: "{{ inventory_hostname }}"
-    url: https://127.0.0.1:443
+    url: "https://127.0.0.1:{{ acceptance_proxy_port }}"
     user: operator
     password: "{{ vault_service_password }}"
     validate_certs: false
-    status_url: http://127.0.0.1:8081/twinrail/status
+    status_url: "http://127.0.0.1:{{ acceptance_guard_port }}/twinrail/status"
     model: deepseek-v3-q4
     prompts:
       - {name: geography, kind: chat, prompt: "What is the capital of France?", expect: [Paris], max_tokens: 32}

@@ -26,9 +26,9 @@ extends_documentation_fragment:
   - twinrail_host
 options:
   dir:
-    description: Directory of the records on the node.
+    description: Directory of the records on the node (the system_backup stage passes system_backup_record_dir).
     type: path
-    default: /var/lib/twinrail/deployments
+    required: true
   runtime_root:
     description: Directory of the runtime releases (with a current link).
     type: path
@@ -211,7 +211,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "host": {"type": "str", "required": True},
-            "dir": {"type": "path", "default": "/var/lib/twinrail/deployments"},
+            "dir": {"type": "path", "required": True},
             "runtime_root": {"type": "path", "required": True},
             "weights_root": {"type": "path", "required": True},
             "config_root": {"type": "path", "default": "/etc/twinrail/service"},

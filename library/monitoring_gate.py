@@ -43,7 +43,7 @@ attributes:
 EXAMPLES = r"""
 - name: Wait for every target to be scraped up
   monitoring_gate:
-    url: http://127.0.0.1:9090
+    url: "http://127.0.0.1:{{ monitoring_prometheus_port }}"
     jobs: {prometheus: 1, guard: 1, node: 2}
     rule_groups: [twinrail-alerts]
 """

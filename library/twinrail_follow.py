@@ -58,7 +58,7 @@ attributes:
 EXAMPLES = r"""
 - name: Start the build in the background
   ansible.builtin.command:
-    argv: [/var/cache/twinrail/build/0123/build.sh]
+    argv: ["{{ runtime_build_root }}/0123/build.sh"]
   async: 7200
   poll: 0
   register: job
@@ -67,7 +67,7 @@ EXAMPLES = r"""
   twinrail_follow:
     jid: "{{ job.ansible_job_id }}"
     label: build 0123
-    progress: /var/cache/twinrail/build/0123/build.log
+    progress: "{{ runtime_build_root }}/0123/build.log"
     interval: 30
   register: build
 

@@ -78,8 +78,8 @@ EXAMPLES = r"""
     src: /srv/twinrail/models/smollm2/q4_1
     files: {"SmolLM2-135M-Instruct.Q4_1.gguf": 98362432}
     dests:
-      - rsync://twinrail-weights@198.19.0.11:8730/weights/smollm2/.twinrail-staging/q4_1/
-      - rsync://twinrail-weights@198.19.1.11:8730/weights/smollm2/.twinrail-staging/q4_1/
+      - "rsync://twinrail-weights@198.19.0.11:{{ weights_sync_rsync_port }}/weights/smollm2/.twinrail-staging/q4_1/"
+      - "rsync://twinrail-weights@198.19.1.11:{{ weights_sync_rsync_port }}/weights/smollm2/.twinrail-staging/q4_1/"
     streams: 4
     password: "{{ secret }}"
     host: "{{ inventory_hostname }}"

@@ -94,3 +94,25 @@ def prefixes(root) -> tuple:
 def measured(root) -> tuple:
     """The names of the stages whose measurement twinrail_measure forces."""
     return tuple(stage["name"] for stage in registry(root) if stage["measures"])
+
+
+def role_default(root, name: str):
+    """A role's default as its defaults/main.yml sets it: the one place a
+    default lives. The role is the stage whose prefix the name carries;
+    another role, the command line or a test that needs it reads it here,
+    never a copy. Only a plain value (no Jinja) can be read so."""
+    # a stage's prefix is its role's name: the longest role name the setting starts with
+    roles = sorted((p.parent.name for p in Path(root).glob("roles/*/defaults")), key=len, reverse=True)
+    owner = next((role for role in roles if name.startswith(f"{role}_")), None)
+    if owner is None:
+        raise RegistryError(f"{name}: no stage's setting (expected a name with one of the prefixes "
+                            f"{', '.join(prefixes(root))})")
+    path = Path(root) / "roles" / owner / "defaults" / "main.yml"
+    defaults = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if name not in defaults:
+        raise RegistryError(f"{name}: not in roles/{owner}/defaults/main.yml")
+    value = defaults[name]
+    if isinstance(value, str) and "{{" in value:
+        raise RegistryError(f"{name}: its default in roles/{owner}/defaults/main.yml is a template "
+                            f"({value!r}), not a value another reader can take")
+    return value

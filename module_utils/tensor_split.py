@@ -39,7 +39,7 @@ from ansible.module_utils.gpu_facts import gpu_settings_problems
 
 MIB = 1 << 20
 
-# "load_tensors: RPC0[198.19.0.2:50052] model buffer size = 12.34 MiB",
+# "load_tensors: RPC0[198.19.0.2:<port>] model buffer size = 12.34 MiB",
 # "llama_kv_cache:        CPU KV buffer size =   384.00 MiB"; the older
 # naming is RPC[host:port], the newer RPCn[host:port]; newer logs prefix
 # "[pid] m.ss.mmm.uuu I ". Older builds print the weights' buffer with no

@@ -17,6 +17,8 @@ import json
 import subprocess
 import time
 
+from twinrail.loader import REPO, module_utils
+
 NODES = {"lab-master": ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"],
          "lab-worker1": ["prometheus-node-exporter"]}
 TICKS = 100  # USER_HZ on Linux
@@ -35,9 +37,12 @@ def usage(name: str, program: str) -> dict:
     return {"cpu_s": (int(stat[11]) + int(stat[12])) / TICKS, "rss_mib": int(status["VmRSS"].split()[0]) / 1024}
 
 
+PROMETHEUS_PORT = module_utils("stages").role_default(REPO, "monitoring_prometheus_port")
+
+
 def prom(expr: str) -> float:
     code = ("import json, sys, urllib.parse, urllib.request; "
-            "u = 'http://127.0.0.1:9090/monitoring/api/v1/query?query=' + urllib.parse.quote(sys.argv[1]); "
+            f"u = 'http://127.0.0.1:{PROMETHEUS_PORT}/monitoring/api/v1/query?query=' + urllib.parse.quote(sys.argv[1]); "
             "r = json.load(urllib.request.urlopen(u, timeout=10))['data']['result']; "
             "print(r[0]['value'][1] if r else 'nan')")
     return float(node("lab-master", "python3", "-c", code, expr).strip())

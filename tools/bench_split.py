@@ -9,9 +9,9 @@ On the master (tools/bench_split_node.py, copied there):
   `--threads`), on the same model: prefill and decode tokens/s of one
   sequence, all layers on the master;
 - the serving llama-server itself, with the cluster's `--rpc` layout, on
-  loopback (127.0.0.1:8080);
-- the same through the guard (127.0.0.1:8081);
-- the same through nginx and the guard (https://127.0.0.1:443, an API key);
+  loopback (its inference_service_listen_port);
+- the same through the guard (inference_service_guard_port);
+- the same through nginx and the guard (inference_service_proxy_port, an API key);
 
 each at 1 and at 4 concurrent streams (streamed /v1/completions, exactly
 --tokens generated, the prompt never cached), taken twice in turn so a busy
@@ -33,8 +33,11 @@ import sys
 from pathlib import Path
 
 import bench_acceptance  # tools/, beside this file
+from twinrail.loader import module_utils
 
 REPO = Path(__file__).resolve().parent.parent
+# the service's ports, where their defaults live (roles/inference_service/defaults/main.yml)
+PORTS = {n: module_utils("stages").role_default(REPO, f"inference_service_{n}_port") for n in ("listen", "guard", "proxy")}
 NODE_SCRIPT = "/tmp/twinrail_bench_split_node.py"
 KEY = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
 
@@ -144,7 +147,7 @@ def layouts(box: str, worker: str, server: list[str], tokens: int, words: int) -
                 node(box, "sh", "-c", "pkill -f 'llama-server.*--port 1808[0]'; sleep 1; true")
     finally:
         node(box, "systemctl", "start", "twinrail-llama.service")
-        node(box, "python3", NODE_SCRIPT, "wait", "http://127.0.0.1:8081", "300")
+        node(box, "python3", NODE_SCRIPT, "wait", f"http://127.0.0.1:{PORTS['guard']}", "300")
     return rows
 
 
@@ -180,9 +183,9 @@ def main(argv=None) -> int:
     base = llama_bench(box, server, prompt=int(args.words * 1.3), tokens=args.tokens)
     print(f"llama-bench alone: {base['threads']} thread(s): prefill {base['prefill_tps']:.1f}, decode "
           f"{base['decode_tps']:.1f} tokens/s", flush=True)
-    paths = [("llama-server --rpc, loopback", "http://127.0.0.1:8080"),
-             ("through the guard", "http://127.0.0.1:8081"),
-             ("through nginx and the guard", "https://127.0.0.1:443")]
+    paths = [("llama-server --rpc, loopback", f"http://127.0.0.1:{PORTS['listen']}"),
+             ("through the guard", f"http://127.0.0.1:{PORTS['guard']}"),
+             ("through nginx and the guard", f"https://127.0.0.1:{PORTS['proxy']}")]
     runs: dict = {}
     for streams in (1, 4):
         requests = 3 if streams == 1 else 2

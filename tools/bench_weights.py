@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from twinrail.loader import install
+from twinrail.loader import install, module_utils
 
 install()
 
@@ -43,7 +43,7 @@ BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 SETS = ("smollm2-135m-instruct", "gemma3-270m-q4-k-m", "synthetic-shards")
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
 SYNTHETIC = "/srv/twinrail/models/synthetic-shards/seed-20261129"
-PORT = 8730
+PORT = module_utils("stages").role_default(Path(__file__).resolve().parent.parent, "weights_sync_rsync_port")
 AUTHORIZED = "/home/twinrail/.ssh/authorized_keys"
 
 

@@ -34,6 +34,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import subprocess
@@ -54,7 +55,18 @@ STATE_DIR = Path.home() / ".local" / "state" / "twinrail-lab"
 # again only what an earlier lab did not. The first lab on a machine
 # compiles everything.
 CCACHE_DIR = Path.home() / ".cache" / "twinrail" / "ccache"
-CCACHE_MOUNT = "/var/cache/twinrail/build/ccache"
+
+
+def ccache_mount() -> str:
+    """<runtime_build_root>/ccache, the root read where its default lives
+    (this tool runs without the project's virtualenv: a line, not YAML)."""
+    text = (REPO / "roles" / "runtime_build" / "defaults" / "main.yml").read_text()
+    root = re.search(r"^runtime_build_root:\s*(\S+)\s*$", text, re.M)
+    if not root:
+        raise SystemExit("lab: runtime_build_root: expected a path in roles/runtime_build/defaults/main.yml")
+    return f"{root.group(1).strip(chr(34))}/ccache"
+
+
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
 # Mounted read-only into every node's Python (not part of the image): a
 # bytecode cache for modules imported from zip files, which is what every
@@ -400,7 +412,7 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
             "--tmpfs", "/run", "--tmpfs", "/run/lock",
             "--volume", f"{STATE_DIR / 'ssh' / 'authorized_keys'}:"
                         f"/etc/ssh/authorized_keys/{OPERATOR}:ro",
-            "--volume", f"{CCACHE_DIR}:{CCACHE_MOUNT}"]
+            "--volume", f"{CCACHE_DIR}:{ccache_mount()}"]
     for name in NODE_PYTHON_FILES:
         argv += ["--volume", f"{IMAGE_DIR / 'python' / name}:{NODE_PYTHON_DIR}/{name}:ro"]
     CCACHE_DIR.mkdir(parents=True, exist_ok=True)

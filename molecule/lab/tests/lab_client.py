@@ -22,6 +22,18 @@ PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 # (written instead with TWINRAIL_WRITE_SAMPLES=1: make day2-samples)
 sys.path.insert(0, str(PROJECT / "tools"))
 from day2_samples import check as sample  # noqa: E402  pylint: disable=wrong-import-position
+from twinrail.loader import module_utils  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def default(name: str):
+    """A role's default where it lives (roles/<role>/defaults/main.yml): the lab's inventory sets none of these."""
+    return module_utils("stages").role_default(PROJECT, name)
+
+
+LLAMA_PORT, GUARD_PORT, RPC_PORT, AGENT_PORT, PROXY_PORT, EXPORTER_PORT = (
+    default(f"inference_service_{n}_port") for n in ("listen", "guard", "rpc", "agent", "proxy", "metrics"))
+PROMETHEUS_PORT, ALERTMANAGER_PORT = default("monitoring_prometheus_port"), default("monitoring_alertmanager_port")
+RECORD_DIR = default("system_backup_record_dir")
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
 MASTER, WORKER, WORKER2 = "twinrail-lab-master", "twinrail-lab-worker1", "twinrail-lab-worker2"
 # the 2-node lab and the same lab grown to three nodes (tests/99_scale)
@@ -166,7 +178,7 @@ def guard_sees(level: str, limit: float = 30) -> dict:
 
 def guard_status() -> dict:
     return json.loads(node(MASTER, "python3", "-c", "import urllib.request as u; "
-                           "print(u.urlopen('http://127.0.0.1:8081/twinrail/status', timeout=5).read().decode())").stdout)
+                           f"print(u.urlopen('http://127.0.0.1:{GUARD_PORT}/twinrail/status', timeout=5).read().decode())").stdout)
 
 
 # ---- the lab grown to three nodes (tests/99_scale, scale/test_scale_in.py)

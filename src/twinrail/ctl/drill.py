@@ -49,6 +49,9 @@ def plan(cluster: Cluster, kind: str, rail: str | None, worker: str | None, guar
                 "undo": f"ip link set dev {shlex.quote(interface)} up"}
     if kind == "memory-hog":
         mem = (guard.get("memory") or {}).get(cluster.master.name) or {}
+        if cluster.settings.get("twinrail_memory_hard_watermark_pct") is None:
+            raise InventoryError("drill memory-hog: twinrail_memory_hard_watermark_pct: expected a percentage in the "
+                                 "inventory (the watermark the drill passes), got none")
         hard = float(cluster.settings["twinrail_memory_hard_watermark_pct"])
         if not mem.get("total"):
             raise InventoryError(f"drill memory-hog: the guard reports no memory for {cluster.master.name}")

@@ -15,11 +15,14 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-DEFAULTS = {"inference_service_guard_port": 8081, "inference_service_listen_port": 8080,
-            "inference_service_proxy_port": 443, "inference_service_rpc_port": 50052,
-            "twinrail_memory_soft_watermark_pct": 85, "twinrail_memory_hard_watermark_pct": 92,
-            "twinrail_rail_mtu": 9000, "system_backup_record_dir": "/var/lib/twinrail/deployments",
-            "monitoring_prometheus_port": 9090, "twinrail_site": None}
+from ..loader import REPO, module_utils
+
+# what the commands read beyond the nodes: stages' settings (the
+# inventory's value, else the role's default read from its defaults file,
+# the one place it lives) and cluster variables the inventory must set
+ROLE_SETTINGS = ("inference_service_guard_port", "inference_service_listen_port", "inference_service_proxy_port",
+                 "inference_service_rpc_port", "system_backup_record_dir", "monitoring_prometheus_port")
+CLUSTER_SETTINGS = ("twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_rail_mtu")
 # the monitoring stage's units: their failure blinds the operators, it does not stop the service
 MONITORING_UNITS = {"master": ["prometheus-node-exporter.service", "prometheus.service",
                                "prometheus-alertmanager.service"],
@@ -115,7 +118,12 @@ def parse(listing: dict) -> Cluster:
                           known_hosts=os.path.expanduser(_known_hosts(_plain(hv.get("ansible_ssh_common_args"), ""))),
                           become=bool(_plain(hv.get("ansible_become"), False)), rails=rails))
     first = hostvars.get(masters[0], {})
-    settings = {key: _plain(first.get(key), default) for key, default in DEFAULTS.items()}
+    stages = module_utils("stages")
+    settings = {key: _plain(first.get(key), None) for key in ROLE_SETTINGS}
+    settings.update({key: stages.role_default(REPO, key) for key, value in settings.items() if value is None})
+    # no default anywhere (every site sets them, preflight requires them): None where absent, said by status
+    settings.update({key: _plain(first.get(key)) for key in CLUSTER_SETTINGS})
+    settings["twinrail_site"] = _plain(first.get("twinrail_site"))
     return Cluster(nodes=nodes, settings=settings)
 
 

@@ -101,7 +101,11 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
         checks.append({"severity": severity, "node": node, "what": what, "message": message})
 
     s = cluster.settings
-    soft, hard = float(s["twinrail_memory_soft_watermark_pct"]), float(s["twinrail_memory_hard_watermark_pct"])
+    unset = [k for k in ("twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct") if s.get(k) is None]
+    if unset:
+        check("WARN", None, "inventory", f"the inventory sets no {' or '.join(unset)}: memory is not judged")
+    soft, hard = (None, None) if unset else (float(s["twinrail_memory_soft_watermark_pct"]),
+                                             float(s["twinrail_memory_hard_watermark_pct"]))
     guard = {}
     master_probe = probes.get(cluster.master.name, {})
     if master_probe.get("guard", {}).get("status") in (200, 503):
@@ -148,7 +152,7 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             elif not row["addressed"]:
                 check("ERR", node.name, rail.name, f"{node.name}: {rail.name} ({rail.interface}) lacks its address "
                                                    f"{rail.address}")
-            if row["mtu"] and int(row["mtu"]) != int(s["twinrail_rail_mtu"]):
+            if row["mtu"] and s.get("twinrail_rail_mtu") and int(row["mtu"]) != int(s["twinrail_rail_mtu"]):
                 check("WARN", node.name, rail.name, f"{node.name}: {rail.name} MTU {row['mtu']}, the inventory says "
                                                     f"{s['twinrail_rail_mtu']}")
             if (row["transport"] or "").startswith("failed"):
@@ -159,7 +163,7 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
         if probe.get("gpu"):
             entry["gpus"] = gpus(node.name, probe["gpu"], check)
         memory = (guard.get("memory") or {}).get(node.name)
-        if memory:
+        if memory and soft is not None:
             entry["memory"] = {"percent": memory.get("percent"), "used": memory.get("used"),
                                "total": memory.get("total"), "soft_pct": soft, "hard_pct": hard}
             pct = float(memory.get("percent") or 0)

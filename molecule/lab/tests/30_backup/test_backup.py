@@ -14,12 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from lab_client import RECORD_DIR, default
 
 testinfra_hosts = ["ansible://master"]
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 NODES = {"lab-master": "twinrail-lab-master", "lab-worker1": "twinrail-lab-worker1"}
-TARGET = "/var/backups/twinrail"
+TARGET = default("system_backup_target")
 
 
 def node(name: str, *argv: str, check=True) -> subprocess.CompletedProcess:
@@ -54,7 +55,7 @@ def test_each_node_has_a_backup_that_reads_back_and_matches_its_sha256(host, nam
 
 @pytest.mark.parametrize("name", list(NODES))
 def test_the_deployment_record_is_on_the_node_and_the_controller(host, name):
-    record = json.loads(node(name, "cat", "/var/lib/twinrail/deployments/current").stdout)
+    record = json.loads(node(name, "cat", f"{RECORD_DIR}/current").stdout)
     assert record["host"] == name and record["kernel"] == os.uname().release
     assert record["distribution"]["id"] == "debian" and record["twinrail_commit"]
     assert set(record["nic_firmware"]) == {"ens1f0np0", "ens1f1np1"}

@@ -8,6 +8,7 @@ own values (the lab makes them read-only, the role must not even try).
 from __future__ import annotations
 
 import pytest
+from lab_client import default
 
 NET = {
     "net.ipv4.tcp_rmem": "4096 1048576 268435456",
@@ -34,20 +35,20 @@ def test_rail_interfaces_have_their_arp_and_rp_filter_settings(host):
 
 
 def test_drop_ins_are_rendered(host):
-    kernel = host.file("/etc/sysctl.d/60-twinrail-kernel.conf")
-    net = host.file("/etc/sysctl.d/61-twinrail-net.conf")
+    kernel = host.file(default("kernel_tuning_sysctl_kernel_file"))
+    net = host.file(default("kernel_tuning_sysctl_net_file"))
     assert kernel.mode == 0o644 and kernel.user == "root"
     assert "vm.max_map_count = 1048576" in kernel.content_string
     assert "net.core.rmem_max = 268435456" in kernel.content_string
     assert "net.ipv4.tcp_rmem = 4096 1048576 268435456" in net.content_string
     assert "vm." not in net.content_string
-    limits = host.file("/etc/security/limits.d/90-twinrail-memlock.conf").content_string
+    limits = host.file(default("kernel_tuning_memlock_limits_file")).content_string
     assert "twinrail-llm  hard  memlock  unlimited" in limits
-    systemd = host.file("/etc/systemd/system.conf.d/90-twinrail-memlock.conf").content_string
+    systemd = host.file(default("kernel_tuning_memlock_systemd_file")).content_string
     assert "DefaultLimitMEMLOCK=infinity" in systemd
-    grub = host.file("/etc/default/grub.d/90-twinrail.cfg").content_string
+    grub = host.file(default("kernel_tuning_grub_file")).content_string
     assert "iommu=pt pcie_aspm=off" in grub
-    tmpfiles = host.file("/etc/tmpfiles.d/twinrail-kernel.conf").content_string
+    tmpfiles = host.file(default("kernel_tuning_tmpfiles_file")).content_string
     assert "/sys/kernel/mm/transparent_hugepage/enabled - - - - madvise" in tmpfiles
 
 

@@ -7,6 +7,7 @@ import json
 import time
 
 import testinfra
+from lab_client import default
 
 
 def variables(host) -> dict:
@@ -48,7 +49,7 @@ def test_rails_are_persisted_as_networkd_files(host):
         assert f"Name={rail['interface']}" in unit.content_string
         assert f"Address={rail['address']}" in unit.content_string
         assert "MTUBytes=9000" in unit.content_string
-    modules = host.file("/etc/modules-load.d/twinrail-rdma.conf").content_string
+    modules = host.file(default("rdma_network_modules_file")).content_string
     assert "ib_uverbs" in modules and "rdma_ucm" in modules
 
 

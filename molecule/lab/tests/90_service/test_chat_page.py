@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lab_client import GUARD_PORT
 from playwright.sync_api import sync_playwright
 
 testinfra_hosts = ["ansible://master"]
@@ -120,7 +121,7 @@ def test_the_page_shows_the_services_error(browser):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             status = subprocess.run(["docker", "exec", MASTER, "python3", "-c",
-                                     "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8081/health', timeout=5)"],
+                                     f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{GUARD_PORT}/health', timeout=5)"],
                                     capture_output=True, check=False)
             if status.returncode == 0:
                 break

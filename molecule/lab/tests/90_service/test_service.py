@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+from lab_client import AGENT_PORT, GUARD_PORT, LLAMA_PORT, RPC_PORT
+
 CONFIG = "/etc/twinrail/service"
 RAILS = {"lab-master": ["198.19.0.1", "198.19.1.1"], "lab-worker1": ["198.19.0.2", "198.19.1.2"]}
 
@@ -45,10 +47,10 @@ def test_units_run_as_the_service_account_with_hardening(host):
 def test_each_process_listens_only_where_it_must(host):
     listening = host.check_output("ss -Hltn")
     if host.backend.get_hostname() == "lab-master":
-        assert re.findall(r"(\S+):8080\s", listening) == ["127.0.0.1"], listening
-        assert re.findall(r"(\S+):8081\s", listening) == ["127.0.0.1"], listening  # the guard
+        assert re.findall(rf"(\S+):{LLAMA_PORT}\s", listening) == ["127.0.0.1"], listening
+        assert re.findall(rf"(\S+):{GUARD_PORT}\s", listening) == ["127.0.0.1"], listening  # the guard
     else:
-        for port in (50052, 50053):  # RPC servers, the guard's agent
+        for port in (RPC_PORT, AGENT_PORT):  # RPC servers, the guard's agent
             bound = sorted(re.findall(rf"(\S+):{port}\s", listening))
             assert bound == RAILS["lab-worker1"], listening  # never 0.0.0.0
 
@@ -57,7 +59,7 @@ def test_the_configuration_is_versioned_and_the_same_everywhere(host):
     current = host.file(f"{CONFIG}/current")
     assert current.is_symlink
     env = host.file(f"{CONFIG}/current/service.env").content_string
-    assert "TWINRAIL_RPC_SERVERS=198.19.0.2:50052,198.19.1.2:50052" in env
+    assert f"TWINRAIL_RPC_SERVERS=198.19.0.2:{RPC_PORT},198.19.1.2:{RPC_PORT}" in env
     assert "TWINRAIL_MODEL=/srv/twinrail/models/smollm2-135m-instruct/current/" \
            "SmolLM2-135M-Instruct.Q4_1.gguf" in env
     # the version is the hash of the content: the same name on every node

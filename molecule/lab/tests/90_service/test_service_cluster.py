@@ -13,13 +13,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from lab_client import LLAMA_PORT, RPC_PORT
 from twinrail.loader import module_utils
 
 testinfra_hosts = ["ansible://master"]
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
-API = "http://127.0.0.1:8080"
+API = f"http://127.0.0.1:{LLAMA_PORT}"
 
 
 def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:
@@ -77,7 +78,7 @@ def _split() -> tuple[list[str], dict]:
     invocation = node(MASTER, "systemctl", "show", "-p", "InvocationID", "--value",
                       "twinrail-llama.service").stdout.strip()
     journal = node(MASTER, "journalctl", "-o", "cat", "--no-pager", f"_SYSTEMD_INVOCATION_ID={invocation}").stdout
-    devices = {"198.19.0.2:50052": "lab-worker1", "198.19.1.2:50052": "lab-worker1"}
+    devices = {f"198.19.0.2:{RPC_PORT}": "lab-worker1", f"198.19.1.2:{RPC_PORT}": "lab-worker1"}
     return argv, measured_shares(parse_buffers(journal)["buffers"], devices, "lab-master")
 
 

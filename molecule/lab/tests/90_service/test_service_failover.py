@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-from lab_client import MASTER, WORKER, chat, guard_sees, guard_status, hog, lab, memory, node, post, record, unhog, \
-    unit_argv, wait_available
+from lab_client import GUARD_PORT, MASTER, RPC_PORT, WORKER, chat, guard_sees, guard_status, hog, lab, memory, node, \
+    post, record, unhog, unit_argv, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -190,7 +190,7 @@ def test_a_rail_that_stays_cut_turns_into_serving_on_the_other(host):
     back to both rails. rail0's RPC server runs throughout."""
     wait_available()
     both = llama_rpc()
-    assert both == "--rpc 198.19.0.2:50052,198.19.1.2:50052 --tensor-split 0.5,0.5", both
+    assert both == f"--rpc 198.19.0.2:{RPC_PORT},198.19.1.2:{RPC_PORT} --tensor-split 0.5,0.5", both
     rate_both = generation_rate()
     rail0_pid, rail1_pid = rpc_pid("198.19.0.2"), rpc_pid("198.19.1.2")
     cut_at = time.monotonic()
@@ -210,9 +210,9 @@ def test_a_rail_that_stays_cut_turns_into_serving_on_the_other(host):
         seen = guard_status()
         assert seen["degraded"] == "serving on rail0 only (lab-worker1 rail1 (198.19.1.2) left out)", seen
         assert [(w["rail"], w["serving"]) for w in seen["workers"]] == [("rail0", True), ("rail1", False)]
-        assert llama_rpc() == "--rpc 198.19.0.2:50052 --tensor-split 1"
+        assert llama_rpc() == f"--rpc 198.19.0.2:{RPC_PORT} --tensor-split 1"
         metrics = node(MASTER, "python3", "-c", "import urllib.request as u; print(u.urlopen("
-                       "'http://127.0.0.1:8081/twinrail/metrics', timeout=5).read().decode())").stdout
+                       f"'http://127.0.0.1:{GUARD_PORT}/twinrail/metrics', timeout=5).read().decode())").stdout
         assert "\ntwinrail_guard_degraded 1\n" in metrics
         assert ('twinrail_guard_worker_serving{host="lab-worker1",address="198.19.1.2",rail="rail1"} 0'
                 in metrics)

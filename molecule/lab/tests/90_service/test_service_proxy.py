@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from lab_client import GUARD_PORT, PROXY_PORT
+
 testinfra_hosts = ["ansible://master"]
 
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
@@ -84,7 +86,7 @@ def test_a_json_503_at_once_when_llama_server_is_down(host):
         node(MASTER, "systemctl", "start", "twinrail-llama.service")
         for _ in range(60):
             if node(MASTER, "python3", "-c", "import urllib.request as u; "
-                    "u.urlopen('http://127.0.0.1:8081/health', timeout=2)", check=False).returncode == 0:
+                    f"u.urlopen('http://127.0.0.1:{GUARD_PORT}/health', timeout=2)", check=False).returncode == 0:
                 break
             time.sleep(1)
 
@@ -112,7 +114,7 @@ def test_the_firewall_drops_what_it_does_not_allow(host):
                            "(('198.18.0.10', 18099), 3)", check=False)
         assert from_worker.returncode != 0 and "timed out" in from_worker.stderr
         # what is allowed still is: SSH from the controller, the service port
-        assert reachable("198.18.0.10", 22) and reachable("198.18.0.10", 443)
+        assert reachable("198.18.0.10", 22) and reachable("198.18.0.10", PROXY_PORT)
     finally:
         node(MASTER, "systemctl", "stop", "twinrail-test-port", check=False)
     table = node(MASTER, "nft", "list", "table", "inet", "twinrail").stdout

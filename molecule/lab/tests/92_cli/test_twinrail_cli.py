@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import jsonschema
-from lab_client import PROJECT, lab, sample, wait_available
+from lab_client import PROJECT, PROXY_PORT, lab, sample, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -104,7 +104,7 @@ def test_bench_reports_figures_through_the_proxy(host):
                     "--insecure", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(proc.stdout)
-    assert data["url"] == "https://198.18.0.10:443" and data["model"] == "smollm2-135m-instruct"
+    assert data["url"] == f"https://198.18.0.10:{PROXY_PORT}" and data["model"] == "smollm2-135m-instruct"
     assert [row["concurrency"] for row in data["levels"]] == [1, 2] and data["failures"] == []
     for row in data["levels"]:
         assert row["requests"] >= 2 and row["errors"] == 0 and 0 < row["ttft_p50_s"] <= row["e2e_p50_s"], row

@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from lab_client import MASTER, PASSWORD, PROJECT, WORKER, chat, hog, lab, node, record, unhog, wait_available
+from lab_client import (ALERTMANAGER_PORT, EXPORTER_PORT, MASTER, PASSWORD, PROJECT, PROMETHEUS_PORT, WORKER, chat, hog,
+                        lab, node, record, unhog, wait_available)
 
 testinfra_hosts = ["ansible://master"]
 
@@ -60,7 +61,7 @@ def test_every_target_is_up_and_the_retention_is_the_inventorys(host):
                     ("node", "lab-master", "up"), ("node", "lab-worker1", "up"), ("prometheus", "lab-master", "up")]
     flags = api("/monitoring/api/v1/status/flags")["data"]
     assert flags["storage.tsdb.retention.time"] == "30d" and flags["storage.tsdb.retention.size"] == "1GiB"
-    assert flags["web.listen-address"] == "127.0.0.1:9090"
+    assert flags["web.listen-address"] == f"127.0.0.1:{PROMETHEUS_PORT}"
     groups = {g["name"]: len(g["rules"]) for g in api("/monitoring/api/v1/rules")["data"]["groups"]}
     assert groups == {"twinrail-rails": 3, "twinrail-service": 6, "twinrail-alerts": 15}
 
@@ -144,12 +145,13 @@ def reaches(container: str | None, address: str, port: int) -> bool:
 
 
 def test_node_exporter_answers_the_master_only(host):
-    assert reaches(MASTER, "198.18.0.11", 9100) and reaches(MASTER, "198.18.0.10", 9100)
-    assert not reaches(None, "198.18.0.11", 9100), "the controller reaches the worker's node_exporter"
-    assert not reaches(None, "198.18.0.10", 9100), "the controller reaches the master's node_exporter"
-    assert not reaches(WORKER, "198.18.0.10", 9100), "a worker reaches the master's node_exporter"
+    port = EXPORTER_PORT
+    assert reaches(MASTER, "198.18.0.11", port) and reaches(MASTER, "198.18.0.10", port)
+    assert not reaches(None, "198.18.0.11", port), "the controller reaches the worker's node_exporter"
+    assert not reaches(None, "198.18.0.10", port), "the controller reaches the master's node_exporter"
+    assert not reaches(WORKER, "198.18.0.10", port), "a worker reaches the master's node_exporter"
     # Prometheus and Alertmanager: the master's loopback only
-    for port in (9090, 9093):
+    for port in (PROMETHEUS_PORT, ALERTMANAGER_PORT):
         assert not reaches(None, "198.18.0.10", port) and not reaches(WORKER, "198.18.0.10", port)
 
 

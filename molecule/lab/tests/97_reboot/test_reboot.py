@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from lab_client import MASTER, WORKER, lab, node, record, wait_available
+from lab_client import MASTER, WORKER, default, lab, node, record, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -51,7 +51,7 @@ def state(container: str) -> dict:
                     for r in json.loads(sh(container, "ip", "-j", "route", "show", "table", "all"))
                     if r.get("dev") in names)
     keys = [line.split("=")[0].strip()
-            for line in sh(container, "cat", "/etc/sysctl.d/61-twinrail-net.conf").splitlines()
+            for line in sh(container, "cat", default("kernel_tuning_sysctl_net_file")).splitlines()
             if "=" in line and not line.lstrip().startswith("#")]
     keys += [f"net.ipv4.conf.{name}.{key}" for name in names for key in ("arp_ignore", "arp_announce", "rp_filter")]
     sysctls = {key: " ".join(sh(container, "sysctl", "-n", key).split()) for key in sorted(keys)}

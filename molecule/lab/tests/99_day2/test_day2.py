@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lab_client import LAB2, changed_by_host, inventory_playbook, lab, sample, unit_argv
+from lab_client import GUARD_PORT, LAB2, RECORD_DIR, changed_by_host, default, inventory_playbook, lab, sample, unit_argv
 
 testinfra_hosts = ["ansible://master"]
 
@@ -59,7 +59,7 @@ def test_stop_in_reverse_order_then_start_again(host):
                started_at(MASTER, "twinrail-llama.service")]
     assert max(started[:2]) <= started[2], started
     answer = subprocess.run(["docker", "exec", MASTER, "python3", "-c",
-                             "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8081/health', timeout=10).status)"],
+                             f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{GUARD_PORT}/health', timeout=10).status)"],
                             capture_output=True, text=True, check=False)
     assert answer.stdout.strip() == "200", answer
 
@@ -74,7 +74,7 @@ def config_version(container: str) -> str:
 
 
 def record(container: str) -> dict:
-    out = subprocess.run(["docker", "exec", container, "cat", "/var/lib/twinrail/deployments/current"],
+    out = subprocess.run(["docker", "exec", container, "cat", f"{RECORD_DIR}/current"],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
@@ -189,7 +189,7 @@ def running_release(container: str, unit: str) -> str:
 def completion(prompt: str) -> dict:
     """A short completion through the guard on the master."""
     code = ("import json, urllib.request as u\n"
-            "r = u.Request('http://127.0.0.1:8081/completion', method='POST',"
+            f"r = u.Request('http://127.0.0.1:{GUARD_PORT}/completion', method='POST',"
             " headers={'Content-Type': 'application/json'},"
             f" data=json.dumps({{'prompt': {prompt!r}, 'n_predict': 8, 'temperature': 0}}).encode())\n"
             "print(u.urlopen(r, timeout=120).read().decode())\n")
@@ -244,7 +244,7 @@ def test_rollback_after_a_second_runtime_build(host):
                               "--version"], capture_output=True, text=True, check=False)
     assert "commit twinrail-second-build" in version.stdout + version.stderr, version
     # the builder's ccache served the objects the stamp does not touch
-    log = subprocess.run(["docker", "exec", MASTER, "cat", f"/var/cache/twinrail/build/{second_build}/build.log"],
+    log = subprocess.run(["docker", "exec", MASTER, "cat", f"{default('runtime_build_root')}/{second_build}/build.log"],
                          capture_output=True, text=True, check=True).stdout
     hits = re.search(r"^\s*Hits:\s+(\d+) /\s*(\d+)", log, re.M)
     assert hits and int(hits.group(1)) > int(hits.group(2)) // 2, log[-1500:]

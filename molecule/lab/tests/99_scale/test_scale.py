@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import time
 
-from lab_client import (LAB3, MASTER, PROJECT, WORKER, WORKER2, chat, changed_by_host, guard_status, inventory_playbook,
-                        node, recabled, record, rpc_list, sample, unit_pids, wait_available)
+from lab_client import (LAB3, MASTER, PROJECT, RPC_PORT, WORKER, WORKER2, chat, changed_by_host, guard_status,
+                        inventory_playbook, node, recabled, record, rpc_list, sample, unit_pids, wait_available)
 
 testinfra_hosts = ["ansible://master"]
 
@@ -45,7 +45,7 @@ def test_a_second_worker_on_direct_cables_is_refused_before_anything_changes(hos
 
 def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
     recabled(LAB3)  # lab-worker2 up, rails switched; the cluster serves on lab-worker1 alone
-    assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052"
+    assert rpc_list() == f"198.19.0.2:{RPC_PORT},198.19.1.2:{RPC_PORT}"
     kept = unit_pids(WORKER)
     llama = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout.strip()
     proc = playbook("lab-worker2 added")
@@ -54,7 +54,7 @@ def test_a_worker_added_to_the_serving_cluster_leaves_the_other_running(host):
     sample("scale", proc.stdout)
     assert unit_pids(WORKER) == kept  # lab-worker1's RPC servers and agent never restarted
     assert all(unit_pids(WORKER2).values()) and len(unit_pids(WORKER2)) == 3
-    assert rpc_list() == "198.19.0.2:50052,198.19.1.2:50052,198.19.0.3:50052,198.19.1.3:50052"
+    assert rpc_list() == ",".join(f"{a}:{RPC_PORT}" for a in ("198.19.0.2", "198.19.1.2", "198.19.0.3", "198.19.1.3"))
     assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout.strip() \
         != llama  # the master restarted with the new --rpc list
     # a completion across all three: every worker holds its share (the split gate passed in the run)
