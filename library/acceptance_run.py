@@ -170,129 +170,17 @@ failures:
   type: list
 """
 
-import base64
-import json
-import random
-import ssl
 import statistics
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
-from ansible.module_utils.acceptance_latency import level_row, ramp_failures, soak_summary, soak_failures
-
-WORDS = ("amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "iris", "juniper",
-         "kelp", "lagoon", "meadow", "nickel", "orchid", "pylon", "quartz", "river", "saffron", "tundra")
-
-
-def filler(chars: int, seed: int) -> str:
-    """Varied, readable text of about ``chars`` characters (a fresh seed: no prompt cache helps)."""
-    rng = random.Random(seed)
-    parts, size, i = [], 0, 0
-    while size < chars:
-        a, b, c = rng.sample(WORDS, 3)
-        line = f"Entry {seed % 997}-{i}: the {a} station reported {rng.randint(2, 9999)} readings near the {b} and the {c}. "
-        parts.append(line)
-        size += len(line)
-        i += 1
-    return "".join(parts)[:chars]
-
-
-class Client:
-    def __init__(self, url, user, password, validate_certs, timeout):
-        self.url = url.rstrip("/")
-        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        self.context = ssl.create_default_context()
-        if not validate_certs:
-            self.context.check_hostname = False
-            self.context.verify_mode = ssl.CERT_NONE
-        self.timeout = timeout
-
-    def open(self, path, body, timeout=None):
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json", "Authorization": self.auth})
-        return urllib.request.urlopen(request, timeout=timeout or self.timeout, context=self.context)
-
-    def post(self, path, body, timeout=None):
-        """(status, json) whatever the status."""
-        try:
-            with self.open(path, body, timeout) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            data = exc.read()
-            try:
-                return exc.code, json.loads(data)
-            except ValueError:
-                return exc.code, {"error": {"message": data.decode(errors="replace")[:300]}}
-
-    def stream(self, body, on_token, timeout=None):
-        """Stream a chat completion; on_token() per content chunk. Returns
-        (text, last event, finished)."""
-        text, last, finished = [], {}, False
-        with self.open("/v1/chat/completions", dict(body, stream=True), timeout) as response:
-            for raw in response:
-                line = raw.decode(errors="replace").strip()
-                if not line.startswith("data: "):
-                    continue
-                if line == "data: [DONE]":
-                    finished = True
-                    continue
-                event = json.loads(line[6:])
-                last = event
-                if "error" in event:
-                    break
-                choice = (event.get("choices") or [{}])[0]
-                content = (choice.get("delta") or {}).get("content")
-                if content:
-                    text.append(content)
-                    on_token()
-                if choice.get("finish_reason"):
-                    finished = True
-        return "".join(text), last, finished
-
-
-class Sampler(threading.Thread):
-    """Tokens/s and the memory of every node, every interval, while a phase runs."""
-
-    def __init__(self, status_url, interval):
-        super().__init__(daemon=True)
-        self.status_url, self.interval = status_url, interval
-        self.tokens = 0
-        self.lock = threading.Lock()
-        self.samples = []
-        self.phase = "idle"
-        self.stop = threading.Event()
-        self.started = time.monotonic()
-
-    def token(self):
-        with self.lock:
-            self.tokens += 1
-
-    def memory(self):
-        """Every node's memory from the guard: percent, used and total bytes per node."""
-        try:
-            with urllib.request.urlopen(self.status_url, timeout=2) as response:
-                nodes = json.loads(response.read()).get("memory", {})
-        except (OSError, ValueError):
-            nodes = {}
-        return tuple({host: mem[key] for host, mem in nodes.items()} for key in ("percent", "used", "total"))
-
-    def run(self):
-        last_tokens, last_time = 0, time.monotonic()
-        while not self.stop.wait(self.interval):
-            now = time.monotonic()
-            with self.lock:
-                tokens = self.tokens
-            pct, used, _ = self.memory()
-            self.samples.append({"phase": self.phase, "t": round(now - self.started, 2),
-                                 "tokens_per_s": round((tokens - last_tokens) / max(now - last_time, 1e-6), 1),
-                                 "memory_pct": pct, "memory_used": used})
-            last_tokens, last_time = tokens, now
+from ansible.module_utils.acceptance_client import Client, Sampler, filler
+from ansible.module_utils.acceptance_latency import (level_row, ramp_failures, soak_summary, soak_failures,
+                                                     soak_windows, drill_failures)
+from ansible.module_utils.acceptance_load import shared, timed, together, until
 
 
 def functional(client, model, prompts, max_repetition, max_garbage):
@@ -320,55 +208,26 @@ def functional(client, model, prompts, max_repetition, max_garbage):
 
 
 def timed_request(client, body, on_token):
-    """One streaming request: its time to first token, end-to-end time,
-    completion tokens and error (None when it finished)."""
-    started = time.monotonic()
-    first = []
-
-    def token():
-        if not first:
-            first.append(time.monotonic())
-        on_token()
-
-    try:
+    """One streaming request through the proxy, timed by the load engine;
+    its tokens are the server's count (timings, else usage)."""
+    def send(token):
         _text, last, finished = client.stream(body, token)
-    except (OSError, ValueError) as exc:
-        return {"ttft_s": None, "e2e_s": round(time.monotonic() - started, 3), "tokens": 0,
-                "error": f"{type(exc).__name__}: {exc}", "ended": time.monotonic()}
-    ended = time.monotonic()
-    error = None if finished and "error" not in last else str((last.get("error") or {}).get("message", last))[:200]
-    tokens = (last.get("timings") or {}).get("predicted_n") or (last.get("usage") or {}).get("completion_tokens") or 0
-    return {"ttft_s": round(first[0] - started, 3) if first else None, "e2e_s": round(ended - started, 3),
-            "tokens": int(tokens), "error": error, "ended": ended}
+        error = None if finished and "error" not in last else str((last.get("error") or {}).get("message", last))[:200]
+        return (last.get("timings") or {}).get("predicted_n") or (last.get("usage") or {}).get("completion_tokens") or 0, error
+
+    return timed(send, on_token)
 
 
 def ramp(client, body, spec, sampler):
-    """Each level: `level` workers sending the level's requests one after
-    another; the level's row of the latency table."""
+    """Each level: `level` clients sharing the level's requests; the
+    level's row of the latency table."""
     rows = []
     for level in spec.get("levels") or []:
         level = int(level)
-        total = max(int(spec.get("requests", 16)), level)
         sampler.phase = f"ramp x{level}"
-        outcomes, lock, sent = [], threading.Lock(), [0]
-
-        def worker():
-            while True:
-                with lock:
-                    if sent[0] >= total:
-                        return
-                    sent[0] += 1
-                outcome = timed_request(client, body, sampler.token)
-                with lock:
-                    outcomes.append(outcome)
-
-        threads = [threading.Thread(target=worker) for _ in range(level)]
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        rows.append(level_row(level, outcomes, time.monotonic() - started))
+        outcomes, wall = shared(max(int(spec.get("requests", 16)), level), level,
+                                     lambda: timed_request(client, body, sampler.token))
+        rows.append(level_row(level, outcomes, wall))
     return rows
 
 
@@ -377,33 +236,12 @@ def soak(client, body, spec, sampler):
     window it ended in; the memory of every node at its start and end
     (the median of the samples of its first and last window)."""
     seconds, window = float(spec["seconds"]), float(spec.get("window", 10))
+    concurrency = int(spec.get("concurrency", 2))
     sampler.phase = "soak"
     mark = len(sampler.samples)
     started = time.monotonic()
-    deadline = started + seconds
-    outcomes, lock = [], threading.Lock()
-
-    def worker():
-        while time.monotonic() < deadline:
-            outcome = timed_request(client, body, sampler.token)
-            with lock:
-                outcomes.append(outcome)
-
-    threads = [threading.Thread(target=worker) for _ in range(int(spec.get("concurrency", 2)))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    count = max(1, int(seconds // window))
-    windows = [{"t_s": round((i + 1) * window, 1), "requests": 0, "errors": 0, "tokens": 0, "seconds": window}
-               for i in range(count)]
-    for outcome in outcomes:
-        # a request that ended after the deadline (the last ones in flight) counts in the last window
-        index = min(int((outcome["ended"] - started) // window), count - 1)
-        windows[index]["requests"] += 1
-        windows[index]["errors"] += 1 if outcome["error"] else 0
-        windows[index]["tokens"] += 0 if outcome["error"] else outcome["tokens"]
-    windows[-1]["seconds"] = round(max(window, time.monotonic() - started - window * (count - 1)), 2)
+    outcomes, _wall = until(seconds, concurrency, lambda: timed_request(client, body, sampler.token))
+    windows = soak_windows(outcomes, started, window, seconds, time.monotonic())
     samples = sampler.samples[mark:]
 
     def median_memory(part):
@@ -413,11 +251,8 @@ def soak(client, body, spec, sampler):
     first = [s for s in samples if s["t"] - samples[0]["t"] <= window] if samples else []
     last = [s for s in samples if samples[-1]["t"] - s["t"] <= window] if samples else []
     summary = soak_summary(windows, median_memory(first), median_memory(last))
-    summary["duration_s"] = seconds
-    summary["window_s"] = window
-    summary["concurrency"] = int(spec.get("concurrency", 2))
-    summary["series"] = windows
-    summary["errors_seen"] = sorted({o["error"] for o in outcomes if o["error"]})[:3]
+    summary.update(duration_s=seconds, window_s=window, concurrency=concurrency, series=windows,
+                   errors_seen=sorted({o["error"] for o in outcomes if o["error"]})[:3])
     return summary
 
 
@@ -447,21 +282,14 @@ def run(module):
         failures.append(f"single stream: ended without finishing ({last.get('error', last)})")
 
     sampler.phase = f"{p['concurrency']} streams"
-    outcomes = [None] * p["concurrency"]
 
-    def one(i):
+    def one(_i):
         try:
-            outcomes[i] = client.stream(story, sampler.token)
+            return client.stream(story, sampler.token)
         except (OSError, ValueError) as exc:
-            outcomes[i] = ("", {"error": str(exc)}, False)
+            return "", {"error": str(exc)}, False
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(p["concurrency"])]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.monotonic() - started
+    outcomes, wall = together(p["concurrency"], one)
     tokens = sum((o[1].get("timings") or {}).get("predicted_n", 0) for o in outcomes)
     perf["aggregate_decode_tps"] = round(tokens / wall, 2) if wall else 0.0
     perf["aggregate_tokens"], perf["aggregate_wall_s"] = tokens, round(wall, 2)
@@ -582,17 +410,7 @@ def failover_drill(module, client, story, drill, sampler):
             break
         time.sleep(0.5)
     result["recovery_s"] = round(recovered, 2) if recovered is not None else None
-    if result["new_request_status"] != 503 or result["new_request_503_s"] > sla:
-        result["failures"].append(
-            f"failover drill ({interface} down on the master): a new request got HTTP {result['new_request_status']} "
-            f"after {result['new_request_503_s']} s, a 503 within {sla} s required")
-    if result["in_flight_end_s"] is None or result["in_flight_end_s"] > sla:
-        result["failures"].append(
-            f"failover drill ({interface} down on the master): the stream in flight ended after "
-            f"{result['in_flight_end_s']} s, within {sla} s required")
-    if recovered is None:
-        result["failures"].append(f"failover drill: the service did not answer within "
-                                  f"{drill.get('recovery_timeout', 180)} s of {interface} coming back")
+    result["failures"] += drill_failures(result, float(drill.get("recovery_timeout", 180)))
     return result
 
 

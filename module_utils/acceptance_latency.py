@@ -65,6 +65,23 @@ def ramp_failures(rows: list[dict], max_ttft_p95_s: float | None) -> list[str]:
     return failures
 
 
+def soak_windows(outcomes: list[dict], started: float, window: float, seconds: float, now: float) -> list[dict]:
+    """The soak's windows: each request counted in the window it ended in
+    (by its ``ended`` time since ``started``); one that ended after the
+    deadline (the last ones in flight) counts in the last window, whose
+    length runs to ``now``."""
+    count = max(1, int(seconds // window))
+    windows = [{"t_s": round((i + 1) * window, 1), "requests": 0, "errors": 0, "tokens": 0, "seconds": window}
+               for i in range(count)]
+    for outcome in outcomes:
+        index = min(max(int((outcome["ended"] - started) // window), 0), count - 1)
+        windows[index]["requests"] += 1
+        windows[index]["errors"] += 1 if outcome["error"] else 0
+        windows[index]["tokens"] += 0 if outcome["error"] else outcome["tokens"]
+    windows[-1]["seconds"] = round(max(window, now - started - window * (count - 1)), 2)
+    return windows
+
+
 def soak_summary(windows: list[dict], started_memory: dict, ended_memory: dict) -> dict:
     """The soak's figures from its windows (each: t_s at its end, requests,
     errors, tokens, seconds) and every node's memory percent at its start
@@ -113,4 +130,23 @@ def soak_failures(summary: dict, max_drift_pct: float, max_memory_growth_pct: fl
         if growth > max_memory_growth_pct:
             failures.append(f"soak: {host}: memory grew {growth:.2f} points of the node's memory over "
                             f"{summary['seconds']} s, at most {max_memory_growth_pct} allowed")
+    return failures
+
+
+def drill_failures(result: dict, recovery_timeout: float) -> list[str]:
+    """The failover drill's verdict from what it measured (interface, sla_s,
+    new_request_status and new_request_503_s, in_flight_end_s, recovery_s):
+    a new request must get a 503 and the stream in flight must end, both
+    within the SLA, and the service must answer again once the link is up."""
+    where, sla = f"failover drill ({result['interface']} down on the master)", result["sla_s"]
+    failures = []
+    status, after = result.get("new_request_status"), result.get("new_request_503_s")
+    if status != 503 or after is None or after > sla:
+        failures.append(f"{where}: a new request got HTTP {status} after {after} s, a 503 within {sla} s required")
+    ended = result.get("in_flight_end_s")
+    if ended is None or ended > sla:
+        failures.append(f"{where}: the stream in flight ended after {ended} s, within {sla} s required")
+    if result.get("recovery_s") is None:
+        failures.append(f"failover drill: the service did not answer within {recovery_timeout:g} s of "
+                        f"{result['interface']} coming back")
     return failures

@@ -12,7 +12,8 @@ import statistics
 import pytest
 from conftest import REPO
 
-from acceptance_latency import level_row, percentile, ramp_failures, soak_failures, soak_summary
+from acceptance_latency import (drill_failures, level_row, percentile, ramp_failures, soak_failures, soak_summary,
+                                soak_windows)
 
 REPORT = json.loads((REPO / "tests" / "fixtures" / "lab" / "acceptance_lab_ramp_soak.json").read_text())
 
@@ -109,3 +110,37 @@ def test_errors_and_memory_growth_fail_the_soak_naming_the_node():
 def test_a_soak_too_short_to_judge_a_drift_fails():
     summary = summary_of(REPORT["soak"]["series"][:2])
     assert soak_failures(summary, 20.0, 2.0)[0].startswith("soak: 2 windows measured, at least 3 needed")
+
+
+def test_soak_windows_give_back_the_real_soak_from_its_requests():
+    """The real soak's series rebuilt from requests that ended in each
+    window (one in flight at the deadline counts in the last)."""
+    soak = REPORT["soak"]
+    window, seconds, started = soak["window_s"], soak["duration_s"], 1000.0
+    outcomes = []
+    for i, w in enumerate(soak["series"]):
+        for r in range(w["requests"]):
+            outcomes.append({"ended": started + i * window + (r + 0.5) * window / w["requests"],
+                             "error": None, "tokens": w["tokens"] // w["requests"]})
+    outcomes[-1]["ended"] = started + seconds + 3.0
+    windows = soak_windows(outcomes, started, window, seconds, started + seconds + 3.2)
+    assert [(w["requests"], w["tokens"]) for w in windows] == [(w["requests"], w["tokens"]) for w in soak["series"]]
+    assert windows[-1]["seconds"] == round(window + 3.2, 2) and windows[0]["seconds"] == window
+    # a failed request counts as an error and brings no tokens
+    outcomes[0]["error"] = "HTTP 503"
+    first = soak_windows(outcomes, started, window, seconds, started + seconds)[0]
+    assert first["errors"] == 1 and first["tokens"] == soak["series"][0]["tokens"] - outcomes[0]["tokens"]
+
+
+def test_the_real_drill_passes_and_each_miss_is_named():
+    drill = dict(REPORT["drill"])
+    assert drill_failures(drill, 180) == []
+    late = drill_failures(dict(drill, new_request_503_s=12.5), 180)
+    assert late == ["failover drill (ens1f1np1 down on the master): a new request got HTTP 503 after 12.5 s, "
+                    "a 503 within 10.0 s required"]
+    hung = drill_failures(dict(drill, in_flight_end_s=None, new_request_status=200, recovery_s=None), 180)
+    assert hung == ["failover drill (ens1f1np1 down on the master): a new request got HTTP 200 after 3.3 s, "
+                    "a 503 within 10.0 s required",
+                    "failover drill (ens1f1np1 down on the master): the stream in flight ended after None s, "
+                    "within 10.0 s required",
+                    "failover drill: the service did not answer within 180 s of ens1f1np1 coming back"]

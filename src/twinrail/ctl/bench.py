@@ -2,13 +2,10 @@
 (the openai SDK over HTTPS with an API key): one stream, then N streams,
 each for a set time; time to first token and end-to-end latency at
 p50/p95/p99, errors and tokens/s per level: the acceptance stage's
-figures (module_utils/acceptance_latency.py, the same functions), without
-running Ansible."""
+figures (module_utils/acceptance_latency.py) measured by the same load
+engine (module_utils/acceptance_load.py), without running Ansible."""
 
 from __future__ import annotations
-
-import threading
-import time
 
 from ..loader import module_utils
 
@@ -17,45 +14,34 @@ def _latency():
     return module_utils("acceptance_latency")
 
 
+def _load():
+    return module_utils("acceptance_load")
+
+
 def one(client, model: str, tokens: int) -> dict:
-    """One streaming chat: ttft_s, e2e_s, tokens, error."""
-    started = time.monotonic()
-    first, count = None, 0
-    try:
+    """One streaming chat through the SDK, timed by the load engine:
+    ttft_s, e2e_s, tokens (content chunks seen), error."""
+    def send(token):
         stream = client.chat.completions.create(
             model=model, max_tokens=tokens, temperature=0.7, stream=True,
             messages=[{"role": "user", "content": "Describe a harbor at dawn."}])
+        seen = 0
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
-                count += 1
-                if first is None:
-                    first = time.monotonic()
-        error = None if count else "no token in the answer"
-    except Exception as exc:  # pylint: disable=broad-except  # any failure a client sees is counted, not raised
-        error = f"{type(exc).__name__}: {exc}"[:200]
-    ended = time.monotonic()
-    return {"ttft_s": round(first - started, 3) if first else None, "e2e_s": round(ended - started, 3),
-            "tokens": count, "error": error}
+                seen += 1
+                token()
+        return seen, None if seen else "no token in the answer"
+
+    # any failure a client sees is counted, not raised
+    outcome = _load().timed(send, errors=(Exception,))
+    outcome.pop("ended")
+    return outcome
 
 
 def level(client, model: str, streams: int, seconds: float, tokens: int) -> dict:
     """`streams` clients sending one request after another for `seconds`."""
-    outcomes, lock = [], threading.Lock()
-    deadline = time.monotonic() + seconds
-
-    def worker():
-        while time.monotonic() < deadline:
-            outcome = one(client, model, tokens)
-            with lock:
-                outcomes.append(outcome)
-
-    threads = [threading.Thread(target=worker) for _ in range(streams)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return _latency().level_row(streams, outcomes, time.monotonic() - started)
+    outcomes, wall = _load().until(seconds, streams, lambda: one(client, model, tokens))
+    return _latency().level_row(streams, outcomes, wall)
 
 
 def run(url: str, key: str, model: str | None, streams: int, seconds: float, tokens: int,
