@@ -3,6 +3,8 @@ what (API keys, the operators' accounts: access.py), the cluster's state
 from every worker's agent, 503s when a worker is lost, the restart of a
 hung llama-server, the memory watermarks, a bounded queue (429 past it),
 serving on a worker's other rails when one stays down (rails.py).
+The Guard here holds that state; each request is admitted by the
+handler (handler.py) and forwarded by the relay (relay.py).
 Every answer of its own is JSON in the OpenAI API's error shape."""
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import http.client
 import http.server
 import json
 import os
-import queue
 import signal
 import socket
 import threading
@@ -20,9 +21,10 @@ import urllib.error
 import urllib.request
 
 from twinrail.guard import access, metrics, rails as rails_mod
+from twinrail.guard.handler import make_proxy_handler
 from twinrail.guard.memory import node_memory
 from twinrail.guard.procs import find_processes
-from twinrail.guard.web import _JSONHandler, error_body, log
+from twinrail.guard.web import log
 
 
 class Guard:
@@ -399,196 +401,6 @@ class Guard:
                 self.needs_probe = True
                 self.llama_problem = detail
         self.event("upstream failed", detail)
-
-
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
-              "upgrade", "proxy-authorization", "proxy-connection", "host"}
-# what nginx and the client tell the guard, not llama-server
-NOT_FORWARDED = HOP_BY_HOP | {"authorization", "x-twinrail-user", "x-twinrail-proxy"}
-
-
-def make_proxy_handler(guard: Guard):
-    class Handler(_JSONHandler):
-        def do_GET(self):
-            self.proxy()
-
-        def do_POST(self):
-            self.proxy()
-
-        def do_OPTIONS(self):
-            self.proxy()
-
-        def send_response(self, code, message=None):
-            self.answered = code  # what the client got, for the traffic's counters
-            super().send_response(code, message)
-
-        def refuse(self, reason: str, status: int = 503) -> None:
-            guard.count_refusal(status, reason)
-            self.failure = reason
-            if status == 429:
-                self.send_json(429, error_body(reason, 429, "rate_limit_exceeded"), {"Retry-After": "2"})
-            else:
-                self.send_json(503, error_body(reason), {"Retry-After": "10"})
-
-        def proxy(self):
-            """The request, counted in the traffic's metrics (all but the
-            guard's own health, status and metrics)."""
-            started = time.monotonic()
-            self.answered, self.failure, self.first_byte, self.tail = None, None, None, b""
-            try:
-                self.answer()
-            finally:
-                if self.answered is not None and self.path != "/health" and not self.path.startswith("/twinrail/"):
-                    generation = self.command == "POST"
-                    status = 503 if self.failure and self.answered == 200 else self.answered  # a stream cut short
-                    guard.traffic.record(
-                        status, self.failure or "",
-                        duration=time.monotonic() - started if generation else None,
-                        ttft=self.first_byte - started if generation and self.first_byte is not None else None,
-                        tokens=metrics.generated_tokens(self.tail) if generation and status < 300 else None)
-
-        def answer(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
-            who = access.caller(self.headers, guard.keys)
-            if who is None:
-                self.send_json(401, error_body("invalid or missing API key: send 'Authorization: Bearer <key>' "
-                                               "(or sign in with an operator's account)", 401, "invalid_api_key"),
-                               {"WWW-Authenticate": 'Bearer realm="twinrail"'})
-                return
-            if not who.may(self.path):
-                self.send_json(403, error_body(f"{self.path.split('?', 1)[0]} is for the operators' accounts, "
-                                               f"not for API keys (key '{who.name}')", 403, "permission_denied"))
-                return
-            if self.command == "POST" and body and self.path.startswith("/v1/"):
-                try:
-                    json.loads(body)
-                except ValueError as exc:
-                    self.send_json(400, error_body(f"the request body is not valid JSON: {exc}", 400,
-                                                   "invalid_request_error"))
-                    return
-            if self.path == "/health":
-                reason = guard.refusal()
-                if reason:
-                    self.refuse(reason)
-                else:
-                    self.send_json(200, {"status": "ok"})
-                return
-            if self.path == "/twinrail/status":
-                self.send_json(200, guard.status())
-                return
-            if self.path == "/twinrail/metrics":
-                data = guard.metrics_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            generation = self.command == "POST"
-            if generation:
-                reason = guard.refusal()
-                if reason:
-                    self.refuse(reason)
-                    return
-                failed = guard.acquire(lambda: False)
-                if failed:
-                    self.refuse(failed[1], failed[0])
-                    return
-            try:
-                self.forward(body)
-            finally:
-                if generation:
-                    guard.release()
-
-        def forward(self, body: bytes | None) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in NOT_FORWARDED}
-            conn = http.client.HTTPConnection(*guard.upstream, timeout=10)
-            events: queue.Queue = queue.Queue()
-
-            def read_upstream():
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    conn.sock.settimeout(None)
-                    response = conn.getresponse()
-                    events.put(("head", response))
-                    while chunk := response.read1(65536):
-                        events.put(("data", chunk))
-                    events.put(("end", None))
-                except Exception as exc:  # noqa: BLE001 -- also what closing it under the read raises
-                    events.put(("error", exc))
-
-            threading.Thread(target=read_upstream, daemon=True).start()
-            streaming, buffered, status, out_headers = False, [], None, []
-            try:
-                while True:
-                    try:
-                        kind, value = events.get(timeout=0.25)
-                    except queue.Empty:
-                        reason = guard.abort_reason()  # whatever the request waits for, it waits in vain
-                        if reason:
-                            self.end_with(reason, streaming)
-                            return
-                        continue
-                    if kind == "head":
-                        status = value.status
-                        out_headers = [(k, v) for k, v in value.getheaders() if k.lower() not in HOP_BY_HOP]
-                        if value.getheader("Content-Type", "").startswith("text/event-stream"):
-                            streaming = True
-                            self.close_connection = True
-                            self.send_response(status)
-                            for key, val in out_headers:
-                                self.send_header(key, val)
-                            self.send_header("Connection", "close")
-                            self.end_headers()
-                    elif kind == "data":
-                        if streaming:
-                            if self.first_byte is None:
-                                self.first_byte = time.monotonic()  # the first token's event
-                            self.wfile.write(value)
-                            self.wfile.flush()
-                            self.tail = (self.tail + value)[-metrics.TAIL_BYTES:]
-                        else:
-                            buffered.append(value)
-                    elif kind == "end":
-                        if not streaming:
-                            data = b"".join(buffered)
-                            self.tail = data[-metrics.TAIL_BYTES:]
-                            self.send_response(status)
-                            for key, val in out_headers:
-                                self.send_header(key, val)
-                            self.send_header("Content-Length", str(len(data)))
-                            self.end_headers()
-                            self.wfile.write(data)
-                        return
-                    else:  # the connection to llama-server broke
-                        time.sleep(guard.interval * 2)  # let the monitor find out why
-                        reason = guard.abort_reason()
-                        detail = reason or f"llama-server stopped answering ({value})"
-                        if not reason:
-                            guard.upstream_failed(detail)
-                        self.end_with(detail, streaming)
-                        return
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away: closing the upstream cancels its generation
-            finally:
-                try:
-                    if conn.sock is not None:
-                        conn.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                conn.close()
-
-        def end_with(self, reason: str, streaming: bool) -> None:
-            if streaming:
-                self.failure = reason
-                self.wfile.write(b"data: " + json.dumps(error_body(reason)).encode() + b"\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-            else:
-                self.refuse(reason)
-
-    return Handler
 
 
 def parse_workers(spec: str) -> list[tuple[str, str, str]]:
