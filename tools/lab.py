@@ -24,30 +24,32 @@ order.
 Commands: up, down, status, image, cut RAIL, mend RAIL, pause NODE,
 resume NODE, kill NODE PROCESS, reboot NODE|--all. ``up`` is idempotent;
 ``down`` leaves no container, veth, namespace or network behind.
+
+This file brings the lab up and runs its commands; what it is made of
+lives beside it: the topology read from the inventory and its names
+(lab_topology.py), the node image (lab_image.py), the cables
+(lab_cables.py), the lab's keys and password (lab_secrets.py), and the
+quick start an operator follows (lab_quickstart.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import ipaddress
 import json
-import os
 import random
 import re
-import secrets
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from lab_cables import check_cables, ensure_rails, link_info, ns_argv, set_rail
+from lab_image import IMAGE_DIR, NODE_PYTHON_DIR, NODE_PYTHON_FILES, build_image, require_docker
+from lab_secrets import LAB_API_KEYS, api_keys, service_password, ssh_key, write_known_hosts
+from lab_topology import (LABEL, POWER_GOOD, REPO, STATE_DIR, SWITCH_NS_PREFIX, LabError, Node, Topology,
+                          container_name, container_pid, container_state, load_topology, log, network_name, out,
+                          powered_on, run, switch_netns, switch_port)
+
 DEFAULT_INVENTORY = REPO / "inventory" / "lab"
-# the lab belongs to the machine, not to a checkout (inventory/lab says why)
-STATE_DIR = Path.home() / ".local" / "state" / "twinrail-lab"
 # The runtime builder's ccache is kept on the controller, like the image and
 # the model bundle, and bound into every node at the runtime stage's
 # <runtime_build_root>/ccache: a lab made anew still configures, compiles
@@ -67,16 +69,6 @@ def ccache_mount() -> str:
     return f"{root.group(1).strip(chr(34))}/ccache"
 
 
-IMAGE_DIR = Path(__file__).resolve().parent / "image"
-# Mounted read-only into every node's Python (not part of the image): a
-# bytecode cache for modules imported from zip files, which is what every
-# Ansible module run is (tools/image/python/twinrail_lab_pycache.py says why).
-NODE_PYTHON_FILES = ("twinrail_lab_pycache.py", "twinrail-lab-pycache.pth")
-NODE_PYTHON_DIR = "/usr/local/lib/python3.11/dist-packages"
-IMAGE_REPO = "twinrail-node"
-DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = os.environ.get("TWINRAIL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-LABEL = "twinrail.lab"
 OPERATOR = "twinrail"
 # What systemd needs to run as PID 1 without --privileged (refused here),
 # plus what later stages need: memlock for RDMA, interface configuration.
@@ -84,268 +76,8 @@ OPERATOR = "twinrail"
 # a lab node cannot raise a hard rlimit above the host's.
 CAPABILITIES = ("NET_ADMIN", "SYS_ADMIN", "IPC_LOCK", "SYS_NICE")
 BOOT_TIMEOUT_S = 90
-# The container's first process holds the node's boot until the lab says the
-# hardware is there (its cables laid, its net sysctls writable): then it
-# becomes systemd. /run is a fresh tmpfs at every container start, so a
-# power cut takes the flag away with everything else.
-POWER_GOOD = "/run/twinrail-lab-power-good"
 ENTRYPOINT = ["/bin/sh", "-c",
               f"until [ -e {POWER_GOOD} ]; do sleep 0.1; done; exec /sbin/init"]
-
-
-class LabError(Exception):
-    """An error the operator can act on; printed without a traceback."""
-
-
-# --------------------------------------------------------------------------
-# running things
-
-
-def run(argv: list[str], *, check: bool = True, capture: bool = True,
-        input_bytes: bytes | None = None) -> subprocess.CompletedProcess:
-    """Run argv (never a shell string) with a C locale."""
-    env = dict(os.environ, LC_ALL="C.UTF-8")
-    proc = subprocess.run(argv, capture_output=capture, input=input_bytes,
-                          env=env, check=False)
-    if check and proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip() if capture else ""
-        raise LabError(f"command failed ({proc.returncode}): {' '.join(argv)}\n{err}")
-    return proc
-
-
-def out(argv: list[str]) -> str:
-    return run(argv).stdout.decode().strip()
-
-
-def log(msg: str) -> None:
-    print(f"lab: {msg}", flush=True)
-
-
-# --------------------------------------------------------------------------
-# the topology, from the inventory
-
-
-@dataclass
-class Rail:
-    name: str
-    # (node, interface) for every node on the rail, master first
-    ends: list[tuple[str, str]] = field(default_factory=list)
-    # the largest MTU an end uses (a switch must carry it on every port)
-    mtu: int = 1500
-
-    @property
-    def direct(self) -> bool:
-        """Two ends: a direct cable (veth pair). More: a switch."""
-        return len(self.ends) == 2
-
-
-@dataclass
-class Node:
-    name: str
-    role: str  # master | worker
-    address: str  # management IPv4 address, no prefix
-    publish: list[str] = field(default_factory=list)
-    memory_mb: int = 0  # the container's memory limit (its cgroup's), 0: none
-
-
-@dataclass
-class Topology:
-    lab: str
-    mgmt_subnet: str
-    nodes: list[Node]
-    rails: list[Rail]
-    # the service proxy's first account (inference_service_users), for `service`
-    service_user: str = ""
-
-    def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise LabError(f"no node '{name}' in the lab inventory; nodes: "
-                       f"{', '.join(n.name for n in self.nodes)}")
-
-    def rail(self, name: str) -> Rail:
-        for rail in self.rails:
-            if rail.name == name:
-                return rail
-        raise LabError(f"no rail '{name}' in the lab inventory; rails: "
-                       f"{', '.join(r.name for r in self.rails)}")
-
-
-def _group_hosts(inv: dict, group: str) -> list[str]:
-    """Hosts of a group and of its children, in inventory order."""
-    found: list[str] = []
-    entry = inv.get(group, {})
-    for host in entry.get("hosts", []):
-        if host not in found:
-            found.append(host)
-    for child in entry.get("children", []):
-        for host in _group_hosts(inv, child):
-            if host not in found:
-                found.append(host)
-    return found
-
-
-def topology_from_inventory(inv: dict) -> Topology:
-    """Build the lab topology from ``ansible-inventory --list`` output.
-
-    Raises LabError naming the variable and host when the inventory cannot
-    describe a lab (the preflight stage validates the rest).
-    """
-    hostvars = inv.get("_meta", {}).get("hostvars", {})
-    masters = _group_hosts(inv, "master")
-    workers = _group_hosts(inv, "workers")
-    if len(masters) != 1:
-        raise LabError(f"group 'master' must have exactly one host, has {masters}")
-    if not workers:
-        raise LabError("group 'workers' must have at least one host")
-    any_vars = hostvars.get(masters[0], {})
-    lab = any_vars.get("twinrail_lab_name")
-    subnet = any_vars.get("twinrail_lab_mgmt_subnet")
-    if not lab or not subnet:
-        raise LabError("twinrail_lab_name and twinrail_lab_mgmt_subnet must be set "
-                       "(inventory/lab/group_vars/all/lab.yml)")
-    nodes: list[Node] = []
-    rails: dict[str, Rail] = {}
-    for name in masters + workers:
-        hv = hostvars.get(name, {})
-        mgmt = hv.get("twinrail_mgmt_address")
-        try:
-            addr = str(ipaddress.ip_interface(mgmt).ip)
-        except ValueError as exc:
-            raise LabError(f"{name}: twinrail_mgmt_address: expected address/prefix "
-                           f"such as 198.18.0.10/24, got {mgmt!r}") from exc
-        memory = hv.get("twinrail_lab_memory_mb", 0)
-        if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0 or 0 < memory < 1024:
-            raise LabError(f"{name}: twinrail_lab_memory_mb: expected a whole number of MiB, at least 1024 "
-                           f"(0 for no limit), got {memory!r}")
-        nodes.append(Node(name=name, role="master" if name in masters else "worker",
-                          address=addr, publish=list(hv.get("twinrail_lab_publish", [])),
-                          memory_mb=memory))
-        for item in hv.get("twinrail_rails") or []:
-            rail = rails.setdefault(item["name"], Rail(item["name"]))
-            rail.ends.append((name, item["interface"]))
-            mtu = item.get("mtu") or hv.get("twinrail_rail_mtu") or 1500
-            try:
-                rail.mtu = max(rail.mtu, int(mtu))
-            except (TypeError, ValueError) as exc:
-                raise LabError(f"{name}: twinrail_rails[{item['name']}].mtu / twinrail_rail_mtu: expected a "
-                               f"whole number such as 9000, got {mtu!r}") from exc
-    users = any_vars.get("inference_service_users") or []
-    user = users[0].get("name", "") if users and isinstance(users[0], dict) else ""
-    return Topology(lab=lab, mgmt_subnet=subnet, nodes=nodes, rails=list(rails.values()), service_user=user)
-
-
-def load_topology(inventory: Path) -> Topology:
-    exe = shutil.which("ansible-inventory") or str(Path(sys.executable).parent / "ansible-inventory")
-    if not Path(exe).exists():
-        raise LabError("ansible-inventory is not installed for this Python: run `make venv` "
-                       "and use .venv/bin/python tools/lab.py (or `make lab-up`)")
-    proc = run([exe, "-i", str(inventory), "--list"])
-    return topology_from_inventory(json.loads(proc.stdout))
-
-
-# --------------------------------------------------------------------------
-# names
-
-
-def container_name(topo: Topology, node: str) -> str:
-    return f"{topo.lab}-{node}"
-
-
-def network_name(topo: Topology) -> str:
-    return f"{topo.lab}-mgmt"
-
-
-SWITCH_NS_PREFIX = "twinrail-sw-"
-
-
-def switch_netns(topo: Topology, rail: str) -> str:
-    """The namespace that holds a rail's switch (more than two nodes)."""
-    return f"{SWITCH_NS_PREFIX}{topo.lab}-{rail}"
-
-
-def switch_port(node: str) -> str:
-    """Interface name of a node's port in a rail switch (15 characters max)."""
-    return ("p-" + node)[:15]
-
-
-# --------------------------------------------------------------------------
-# docker
-
-
-def require_docker() -> None:
-    if not shutil.which("docker"):
-        raise LabError("docker is not installed: `make lab` installs docker.io as root")
-    if run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False).returncode != 0:
-        raise LabError("the Docker engine is not running: start dockerd "
-                       "(`make lab` starts it when run as root)")
-
-
-def image_recipe_hash() -> str:
-    digest = hashlib.sha256()
-    for part in ("packages.txt", "recipe.sh"):
-        digest.update(part.encode() + b"\0" + (IMAGE_DIR / part).read_bytes() + b"\0")
-    digest.update(DEBIAN_SUITE.encode())
-    return digest.hexdigest()[:12]
-
-
-def image_tag() -> str:
-    return f"{IMAGE_REPO}:{image_recipe_hash()}"
-
-
-def image_packages() -> list[str]:
-    lines = (IMAGE_DIR / "packages.txt").read_text().splitlines()
-    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
-
-
-def build_image() -> str:
-    """Build the node image unless an image of the same recipe exists."""
-    tag = image_tag()
-    if run(["docker", "image", "inspect", tag], check=False).returncode == 0:
-        return tag
-    if os.geteuid() != 0:
-        raise LabError("building the lab image needs root (debootstrap, chroot)")
-    if not shutil.which("debootstrap"):
-        raise LabError("debootstrap is not installed: apt-get install debootstrap")
-    log(f"building image {tag} with debootstrap ({DEBIAN_SUITE}, {DEBIAN_MIRROR})")
-    started = time.monotonic()
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="rootfs-") as tmp:
-        root = Path(tmp) / "root"
-        run(["debootstrap", "--variant=minbase",
-             "--include=" + ",".join(image_packages()),
-             DEBIAN_SUITE, str(root), DEBIAN_MIRROR])
-        shutil.copy(IMAGE_DIR / "recipe.sh", root / "tmp" / "recipe.sh")
-        run(["chroot", str(root), "/bin/sh", "/tmp/recipe.sh"])
-        (root / "tmp" / "recipe.sh").unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
-                               stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            ["docker", "import",
-             "--change", 'CMD ["/sbin/init"]',
-             "--change", f"LABEL {LABEL}.recipe={image_recipe_hash()}",
-             "-", tag],
-            stdin=tar.stdout, capture_output=True, check=False)
-        tar.stdout.close()
-        if tar.wait() != 0 or imp.returncode != 0:
-            raise LabError(f"docker import failed: {imp.stderr.decode().strip()}")
-    log(f"image {tag} built in {time.monotonic() - started:.0f} s")
-    return tag
-
-
-def container_state(name: str) -> dict | None:
-    proc = run(["docker", "inspect", name], check=False)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout)[0]
-
-
-def container_pid(topo: Topology, node: str) -> int:
-    state = container_state(container_name(topo, node))
-    if not state or not state["State"]["Running"]:
-        raise LabError(f"node '{node}' is not running: `tools/lab.py up` first")
-    return int(state["State"]["Pid"])
 
 
 def cgroup_v2() -> bool:
@@ -359,47 +91,6 @@ def ensure_network(topo: Topology) -> None:
     log(f"creating management network {name} ({topo.mgmt_subnet})")
     run(["docker", "network", "create", "--driver", "bridge",
          "--subnet", topo.mgmt_subnet, "--label", f"{LABEL}={topo.lab}", name])
-
-
-def ssh_key() -> Path:
-    key = STATE_DIR / "ssh" / "id_ed25519"
-    if not key.exists():
-        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "twinrail-lab",
-             "-f", str(key)])
-    auth = STATE_DIR / "ssh" / "authorized_keys"
-    pub = (key.parent / "id_ed25519.pub").read_text()
-    if not auth.exists() or auth.read_text() != pub:
-        auth.write_text(pub)
-        auth.chmod(0o644)
-    return key
-
-
-def service_password() -> Path:
-    """The lab's password for the service proxy (user `operator`): made once,
-    kept in the lab's state, never in the repository (a site uses ansible-vault)."""
-    path = STATE_DIR / "service-password"
-    if not path.exists():
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24) + "\n")
-        path.chmod(0o600)
-    return path
-
-
-LAB_API_KEYS = ("lab-client", "lab-spare")
-
-
-def api_keys() -> Path:
-    """The lab's API keys for OpenAI clients (inventory/lab names them): made
-    once, kept in the lab's state like the password."""
-    folder = STATE_DIR / "api-keys"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for name in LAB_API_KEYS:
-        path = folder / name
-        if not path.exists():
-            path.write_text(secrets.token_hex(24) + "\n")
-            path.chmod(0o600)
-    return folder
 
 
 def run_node(topo: Topology, node: Node, image: str) -> None:
@@ -460,30 +151,12 @@ def ensure_nodes(topo: Topology, image: str) -> None:
             run_node(topo, node, image)
 
 
-def powered_on(topo: Topology, node: str) -> bool:
-    return run(["docker", "exec", container_name(topo, node), "test", "-e", POWER_GOOD],
-               check=False).returncode == 0
-
-
 def power_on(topo: Topology, node: Node) -> None:
     """Let a started node boot: its hardware is in place."""
     ensure_net_sysctls_writable(topo, node)
     if not powered_on(topo, node.name):
         run(["docker", "exec", container_name(topo, node.name), "touch", POWER_GOOD])
         log(f"{node.name}: powered on, booting")
-
-
-def check_cables(topo: Topology, nodes: list[str] | None = None) -> None:
-    """Every end of every rail (of these nodes) exists: an error otherwise."""
-    missing = []
-    for rail in topo.rails:
-        for node, ifname in rail.ends:
-            if nodes is not None and node not in nodes:
-                continue
-            if link_info(ns_argv(container_pid(topo, node)), ifname) is None:
-                missing.append(f"{rail.name} ({node}:{ifname})")
-    if missing:
-        raise LabError("cable not laid: " + ", ".join(missing))
 
 
 def cmd_reboot(topo: Topology, names: list[str], seed: int | None = None,
@@ -585,125 +258,6 @@ def ensure_net_sysctls_writable(topo: Topology, node: Node) -> None:
          "mount", "--bind", "/proc/sys/net", "/proc/sys/net"])
     run(["nsenter", "--target", str(pid), "--mount", "--",
          "mount", "-o", "remount,bind,rw", "/proc/sys/net"])
-
-
-def write_known_hosts(topo: Topology) -> None:
-    lines = []
-    for node in topo.nodes:
-        key = out(["docker", "exec", container_name(topo, node.name), "cat",
-                   "/etc/ssh/ssh_host_ed25519_key.pub"]).split()
-        lines.append(f"{node.address} {key[0]} {key[1]}\n")
-    path = STATE_DIR / "known_hosts"
-    text = "".join(lines)
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-
-
-# --------------------------------------------------------------------------
-# cables
-
-
-def ns_argv(pid: int | None, netns: str | None = None) -> list[str]:
-    """Prefix that runs a command in a container's or a named namespace."""
-    if netns:
-        return ["ip", "netns", "exec", netns]
-    return ["nsenter", "--target", str(pid), "--net"]
-
-
-def link_info(prefix: list[str], ifname: str) -> dict | None:
-    proc = run(prefix + ["ip", "-j", "-d", "link", "show", "dev", ifname], check=False)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout)[0]
-
-
-def is_veth_pair(a: dict | None, b: dict | None) -> bool:
-    """True when a and b are the two ends of one veth, in different namespaces."""
-    if not a or not b:
-        return False
-    kinds = {x.get("linkinfo", {}).get("info_kind") for x in (a, b)}
-    return (kinds == {"veth"} and a.get("link_index") == b["ifindex"]
-            and b.get("link_index") == a["ifindex"]
-            and "link_netnsid" in a and "link_netnsid" in b)
-
-
-def ensure_direct_rail(topo: Topology, rail: Rail) -> None:
-    (node_a, if_a), (node_b, if_b) = rail.ends
-    pid_a, pid_b = container_pid(topo, node_a), container_pid(topo, node_b)
-    a, b = link_info(ns_argv(pid_a), if_a), link_info(ns_argv(pid_b), if_b)
-    if is_veth_pair(a, b):
-        return
-    for pid, ifname, info in ((pid_a, if_a, a), (pid_b, if_b, b)):
-        if info is not None:
-            run(ns_argv(pid) + ["ip", "link", "delete", "dev", ifname])
-    log(f"{rail.name}: cable {node_a}:{if_a} <-> {node_b}:{if_b}")
-    run(["ip", "link", "add", if_a, "netns", str(pid_a), "type", "veth",
-         "peer", "name", if_b, "netns", str(pid_b)])
-    for pid, node, ifname in ((pid_a, node_a, if_a), (pid_b, node_b, if_b)):
-        run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
-        plugged(topo, node, ifname)
-
-
-def plugged(topo: Topology, node: str, ifname: str) -> None:
-    """A link that appeared on a node that is up: what udev does for a new
-    network device (systemd's 99-systemd.rules), which the lab masks: its
-    per-interface sysctls from sysctl.d. A node that boots later applies
-    them itself, with every other sysctl."""
-    if powered_on(topo, node):
-        run(["docker", "exec", container_name(topo, node), "/lib/systemd/systemd-sysctl",
-             f"--prefix=/net/ipv4/conf/{ifname}", f"--prefix=/net/ipv4/neigh/{ifname}",
-             f"--prefix=/net/ipv6/conf/{ifname}", f"--prefix=/net/ipv6/neigh/{ifname}"], check=False)
-
-
-def ensure_switched_rail(topo: Topology, rail: Rail) -> None:
-    ns = switch_netns(topo, rail.name)
-    if ns not in out(["ip", "netns", "list"]).split():
-        log(f"{rail.name}: switch namespace {ns}")
-        run(["ip", "netns", "add", ns])
-    sw = ns_argv(None, ns)
-    if link_info(sw, "br0") is None:
-        run(sw + ["ip", "link", "add", "br0", "type", "bridge"])
-    for node, ifname in rail.ends:
-        pid = container_pid(topo, node)
-        port = switch_port(node)
-        mine, theirs = link_info(ns_argv(pid), ifname), link_info(sw, port)
-        if is_veth_pair(mine, theirs) and theirs.get("master") == "br0":
-            if theirs.get("mtu") != rail.mtu:  # a switch carries the rails' MTU on every port
-                run(sw + ["ip", "link", "set", "dev", port, "mtu", str(rail.mtu)])
-            continue
-        if mine is not None:
-            run(ns_argv(pid) + ["ip", "link", "delete", "dev", ifname])
-        if theirs is not None:
-            run(sw + ["ip", "link", "delete", "dev", port])
-        log(f"{rail.name}: cable {node}:{ifname} <-> switch port {port}")
-        run(["ip", "link", "add", ifname, "netns", str(pid), "type", "veth",
-             "peer", "name", port, "netns", ns])
-        run(sw + ["ip", "link", "set", "dev", port, "mtu", str(rail.mtu), "master", "br0", "up"])
-        run(ns_argv(pid) + ["ip", "link", "set", "dev", ifname, "up"])
-        plugged(topo, node, ifname)
-    # set, not left to follow the ports: an explicit MTU stays when one is replugged
-    run(sw + ["ip", "link", "set", "dev", "br0", "mtu", str(rail.mtu), "up"])
-
-
-def ensure_rails(topo: Topology) -> None:
-    for rail in topo.rails:
-        if rail.direct:
-            ensure_direct_rail(topo, rail)
-        else:
-            ensure_switched_rail(topo, rail)
-
-
-def set_rail(topo: Topology, rail_name: str, node: str | None, up: bool) -> None:
-    rail = topo.rail(rail_name)
-    ends = [e for e in rail.ends if node is None or e[0] == node]
-    if node is None:
-        ends = ends[:1]  # the master's end: pulling the plug on one side
-    if not ends:
-        raise LabError(f"node '{node}' is not on rail '{rail_name}'")
-    for end_node, ifname in ends:
-        run(ns_argv(container_pid(topo, end_node)) +
-            ["ip", "link", "set", "dev", ifname, "up" if up else "down"])
-        log(f"{rail_name}: {end_node}:{ifname} link {'up' if up else 'down'}")
 
 
 # --------------------------------------------------------------------------
