@@ -13,7 +13,9 @@ DOCUMENTATION = r"""
 name: monitoring
 short_description: twinrail's monitoring filters (scrape targets, textfile metrics)
 description:
-  - twinrail_node_targets, twinrail_rails_textfile, twinrail_bandwidth_textfile.
+  - "C(twinrail_node_targets): node_exporter's scrape targets, each node's management address and port labelled with its name and role."
+  - "C(twinrail_rails_textfile): a node's rails for node_exporter's textfile collector (which device carries which rail, the MTU and rate each must show)."
+  - "C(twinrail_bandwidth_textfile): the bandwidth gate's kept baseline as textfile metrics (measured, required, passed, when)."
 """
 
 

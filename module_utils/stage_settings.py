@@ -12,7 +12,7 @@ their checks never print a value.
 
 The tasks read the settings through the filters twinrail_setting_names
 (the names a stage's rules read) and twinrail_setting_problems (what is
-wrong with their values), filter_plugins/twinrail.py."""
+wrong with their values), filter_plugins/stages.py."""
 
 from __future__ import annotations
 

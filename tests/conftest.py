@@ -34,6 +34,24 @@ for _file in sorted(MODULE_UTILS.glob("*.py")):
     sys.modules.setdefault(_file.stem, module_utils(_file.stem))
 
 
+def filter_plugins():
+    """Every function of the filter plugins (filter_plugins/*.py, a file per
+    group of filters), by its Python name, as one namespace: each file
+    loaded by its path, as Ansible's plugin loader does."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+
+    merged = types.SimpleNamespace()
+    for path in sorted((REPO / "filter_plugins").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"twinrail_filter_{path.stem}", path)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        for name, value in vars(loaded).items():
+            if not name.startswith("_") and name != "FilterModule":
+                setattr(merged, name, value)
+    return merged
+
+
 _LOADER_READY: list = []
 
 

@@ -1,21 +1,21 @@
-"""filter_plugins/twinrail.py: the rails' drift and reachability on real
+"""filter_plugins/ (a file per group: rails, weights, service, stages): the rails' drift and reachability on real
 captures of the lab's iproute2 output (tests/fixtures/lab/), the bandwidth
 plan and what a node lacks of a weight set."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
+import re
+
+from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, filter_plugins
 
-_spec = importlib.util.spec_from_file_location("twinrail_filters", REPO / "filter_plugins" / "twinrail.py")
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = filter_plugins()
 
 LAB = FIXTURES / "lab"
 RAILS = [{"name": "rail0", "interface": "ens1f0np0", "rdma_device": "", "address": "198.19.0.1/24"},
@@ -27,18 +27,37 @@ def capture(name: str):
     return json.loads((LAB / name).read_text())
 
 
-def test_the_ansible_plugin_loader_finds_every_filter():
-    assert set(filters.FilterModule().filters()) == {
-        "twinrail_bandwidth_plan", "twinrail_rails_drifted", "twinrail_rail_probes", "twinrail_weights_needed",
-        "twinrail_rails_routed_directly", "twinrail_bandwidth_rails", "twinrail_bandwidth_aggregates",
-        "twinrail_bandwidth_clients",
-        "twinrail_rail_problems", "twinrail_checksum_mismatches", "twinrail_idle_workers", "twinrail_rails_not_answering",
-        "twinrail_api_key_problems", "twinrail_api_key_digests", "twinrail_transport_problems",
-            "twinrail_tensor_split", "twinrail_service_restarts", "twinrail_scale_change", "twinrail_unit_pids",
-            "twinrail_units_restarted", "twinrail_weights_controller_sources", "twinrail_weights_controller_bytes",
-            "twinrail_setting_names", "twinrail_setting_problems", "twinrail_measure",
-            "twinrail_packages_missing", "twinrail_host_values", "twinrail_runtime_cmake",
-            "twinrail_runtime_link_allowlist", "twinrail_model_on_master"}
+def ansible_filters() -> dict:
+    """The filters Ansible's own plugin loader finds in filter_plugins/, by name."""
+    from ansible.plugins.loader import filter_loader, init_plugin_loader
+
+    init_plugin_loader()
+    filter_loader.add_directory(str(REPO / "filter_plugins"))
+    found = {}
+    for plugin in filter_loader.all():
+        if str(getattr(plugin, "_original_path", "")).startswith(str(REPO / "filter_plugins")):
+            found[plugin.ansible_name] = plugin
+    return found
+
+
+def test_every_filter_the_stages_use_is_found_by_ansibles_loader_and_documented():
+    used = set()
+    for path in [*REPO.glob("*.yml"), *REPO.glob("playbooks/*.yml"), *REPO.glob("roles/*/*/*.yml"),
+                 *REPO.glob("roles/*/templates/**/*.j2"), *REPO.glob("templates/*.j2")]:
+        used |= set(re.findall(r"\|\s*(twinrail_\w+)(?=[\s(}])", path.read_text()))
+    found = ansible_filters()
+    assert used and used <= set(found), sorted(used - set(found))
+    for name, plugin in found.items():
+        # each filter: a docstring, and a line of its own in its file's DOCUMENTATION
+        assert (plugin.j2_function.__doc__ or "").strip(), name
+        source = Path(plugin._original_path).read_text()  # pylint: disable=protected-access
+        documentation = source.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0]
+        assert f"C({name}):" in documentation, (name, plugin._original_path)  # pylint: disable=protected-access
+    # every function a filter file defines is one of its filters (or a helper named _...)
+    for path in (REPO / "filter_plugins").glob("*.py"):
+        functions = set(re.findall(r"^def ([a-z]\w*)\(", path.read_text(), re.M))
+        served = {p.j2_function.__name__ for p in found.values() if p._original_path == str(path)}  # pylint: disable=protected-access
+        assert functions == served, (path.name, functions ^ served)
 
 
 def test_the_settings_filters_name_only_the_broken_rules():

@@ -16,7 +16,7 @@ from ansible.module_utils.testing import patch_module_args
 
 import gguf_cut as header_module
 import gguf_figures
-from conftest import REPO
+from conftest import REPO, filter_plugins
 from test_memory_plan import SMOLLM2, model, run_module
 
 
@@ -27,9 +27,9 @@ def _load(name: str, path):
     return loaded
 
 
-# the module (library/gguf_header.py) and the filters, by their paths
+# the module (library/gguf_header.py) by its path, and the filters
 gguf_header_module_under_test = _load("gguf_header_module", REPO / "library" / "gguf_header.py")
-filters = _load("twinrail_filters_gguf", REPO / "filter_plugins" / "twinrail.py")
+filters = filter_plugins()
 
 
 def test_the_header_ends_where_the_readers_tensor_data_begins():

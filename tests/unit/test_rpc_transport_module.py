@@ -4,18 +4,15 @@ build, a TCP-only build), and the service gate's message over it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, filter_plugins
 
 import rpc_transport_facts
 
-_spec = importlib.util.spec_from_file_location("twinrail_filters", REPO / "filter_plugins" / "twinrail.py")
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = filter_plugins()
 
 GB10 = (FIXTURES / "hardware" / "rpc-server_gb10_rdma_autoneg_journal_probed_activated_thinkoffapp.txt").read_text()
 TCP = (FIXTURES / "hardware" / "rpc-server_rtx5090_tcp_v3_startup_llama_cpp_readme.txt").read_text()

@@ -7,19 +7,16 @@ the lab's llama-server with the plan's split)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from conftest import FIXTURES, REPO
+from conftest import FIXTURES, REPO, filter_plugins
 
 import tensor_split_gate
 from tensor_split import MIB, measured_shares, parse_buffers, plan_split, split_problems
 
-_spec = importlib.util.spec_from_file_location("twinrail_filters", REPO / "filter_plugins" / "twinrail.py")
-filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(filters)
+filters = filter_plugins()
 
 HW = FIXTURES / "hardware"
 BEOWULF = (HW / "llama-cli_rpc_model_buffers_3_rpc_vulkan_geerlingguy_beowulf_issue2_partial.txt").read_text()

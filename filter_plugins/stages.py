@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+"""twinrail's Jinja filters for every stage: its settings and their rules, the
+measure switch, the runtime's build, packages to install, a variable per
+host. Plain functions over plain data, so the stages compute nothing in
+Jinja loops; unit-tested (tests/unit/test_filters.py and the tests of what
+they serve)."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleFilterError
+from twinrail.loader import module_utils
+
+DOCUMENTATION = r"""
+name: stages
+short_description: twinrail's filters for every stage
+description:
+  - "C(twinrail_setting_names): The settings a stage's rules read (module_utils/stage_settings.py)."
+  - "C(twinrail_setting_problems): Only the stage's settings that break their rule, each with its value and the form expected (module_utils/stage_settings.py)."
+  - "C(twinrail_measure): What twinrail_measure asks of `stage`'s costly measurement: 'always' when it is `always` or a list naming the stage, else 'auto' (the stage decides from the state it depends on). A list is a YAML list or a string of comma-separated names (-e twinrail_measure=bandwidth,weights)."
+  - "C(twinrail_packages_missing): Whether a stage's apt run has work on a node: one of its packages is not among those preflight read there this run. With no list read (a stage run alone, --tags), apt decides."
+  - "C(twinrail_host_values): Each host's ``name`` from hostvars, None where it sets none (Jinja's map(attribute=..., default=...) raises on a host's missing variable)."
+  - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime_build.py)."
+  - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."
+"""
+
+
+def setting_names(stage: str) -> list[str]:
+    """The settings a stage's rules read (module_utils/stage_settings.py)."""
+    return module_utils("stage_settings").names(stage)
+
+
+def setting_problems(stage: str, values: dict) -> list[str]:
+    """Only the stage's settings that break their rule, each with its value
+    and the form expected (module_utils/stage_settings.py)."""
+    return module_utils("stage_settings").problems(stage, values)
+
+
+# the stages twinrail_measure can force: those whose role's defaults ask it (the stage registry)
+MEASURED_STAGES = module_utils("stages").measured(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def measure_mode(value, stage: str) -> str:
+    """What twinrail_measure asks of `stage`'s costly measurement: 'always'
+    when it is `always` or a list naming the stage, else 'auto' (the stage
+    decides from the state it depends on). A list is a YAML list or a string
+    of comma-separated names (-e twinrail_measure=bandwidth,weights)."""
+    if stage not in MEASURED_STAGES:
+        raise AnsibleFilterError(f"twinrail_measure: no measured stage {stage!r}; "
+                                 f"expected one of {', '.join(MEASURED_STAGES)}")
+    if value in (None, "", "auto"):
+        return "auto"
+    if value == "always":
+        return "always"
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in MEASURED_STAGES for n in names):
+        raise AnsibleFilterError(f"twinrail_measure: expected auto, always, or a list of the stages to measure "
+                                 f"whatever their state ({', '.join(MEASURED_STAGES)}), got {value!r}")
+    return "always" if stage in names else "auto"
+
+
+def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
+    """Whether a stage's apt run has work on a node: one of its packages is
+    not among those preflight read there this run. With no list read (a
+    stage run alone, --tags), apt decides."""
+    return bool(wanted) and (installed is None or not set(wanted) <= set(installed))
+
+
+def host_values(hosts: list[str], hostvars, name: str) -> dict:
+    """Each host's ``name`` from hostvars, None where it sets none (Jinja's
+    map(attribute=..., default=...) raises on a host's missing variable)."""
+    out = {}
+    for host in hosts:
+        values = hostvars[host]
+        out[host] = values[name] if name in values else None
+    return out
+
+
+def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None) -> dict:
+    """The runtime build's CMake definitions (module_utils/runtime_build.py)."""
+    truthy = module_utils("stage_settings").truthy
+    return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
+                                                           truthy(rdma), cuda_root, dict(extra or {}))
+
+
+def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma) -> list:
+    """The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."""
+    truthy = module_utils("stage_settings").truthy
+    return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), truthy(cuda),
+                                                        truthy(rdma))
+
+
+class FilterModule:  # pylint: disable=too-few-public-methods
+    """twinrail's filters for every stage."""
+
+    def filters(self):
+        return {
+            "twinrail_setting_names": setting_names,
+            "twinrail_setting_problems": setting_problems,
+            "twinrail_measure": measure_mode,
+            "twinrail_packages_missing": packages_missing,
+            "twinrail_host_values": host_values,
+            "twinrail_runtime_cmake": runtime_cmake,
+            "twinrail_runtime_link_allowlist": runtime_link_allowlist,
+        }
