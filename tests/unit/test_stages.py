@@ -51,3 +51,21 @@ def test_a_new_stage_is_found_from_its_play_and_role(tmp_path):
     with pytest.raises(RegistryError, match="playbooks/firmware.yml: stage 'firmware': expected its play to "
                                             "import the stage's role"):
         registry(tmp_path)
+
+
+def test_the_measure_switch_has_one_name_per_stage():
+    """A measured stage reads twinrail_measure into one setting,
+    <prefix>measure (auto or always), and no other setting of any role
+    forces or skips a measurement under another name."""
+    for stage in registry(REPO):
+        defaults = yaml.safe_load((REPO / "roles" / stage["role"] / "defaults" / "main.yml").read_text())
+        spec = yaml.safe_load((REPO / "roles" / stage["role"] / "meta" / "argument_specs.yml").read_text())
+        options = {k: v for entry in spec["argument_specs"].values() for k, v in (entry.get("options") or {}).items()}
+        reading = sorted(k for k, v in defaults.items() if "twinrail_measure" in str(v))
+        if stage["measures"]:
+            name = f"{stage['prefix']}measure"
+            assert reading == [name], (stage["name"], reading)
+            assert options[name].get("choices") == ["auto", "always"], stage["name"]
+        else:
+            assert reading == [], (stage["name"], reading)
+        assert not [k for k in defaults if "force" in k], (stage["name"], [k for k in defaults if "force" in k])
