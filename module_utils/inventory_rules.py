@@ -13,11 +13,11 @@ Kept free of Ansible imports so that unit tests and tools can call it alone.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 
-from ansible.module_utils.memory_plan import KV_TYPES
+from ansible.module_utils.inventory_names import check_names
+from ansible.module_utils.inventory_served import is_int, is_number, model_problems, weights_problems
 
 MAX_WORKERS = 7
 # Ethernet rails: 1280 (the IPv6 minimum) to 9216 (the largest jumbo frame
@@ -31,8 +31,6 @@ RDMA_DEVICE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 # cluster-wide variables: name -> (kind, expected form)
 BOOLEANS = ("twinrail_lab", "twinrail_tcp_fallback_allowed")
 ABS_PATHS = ("twinrail_weights_root", "twinrail_runtime_root")
-MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
-MODEL_NUMBERS = ("params_b", "bits_per_param")
 CLUSTER_WIDE = BOOLEANS + ABS_PATHS + (
     "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps", "twinrail_bandwidth_min_ratio",
     "twinrail_bandwidth_aggregate_min_gbps", "twinrail_bandwidth_bidir_min_gbps",
@@ -43,68 +41,12 @@ RAIL_FABRICS = ("direct", "switch")
 # a hardware profile's name (profiles/<name>.yml; the lookup names the known ones)
 PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 # one weight set: what the weights stage syncs (see check_weights)
-WEIGHT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-WEIGHT_SOURCES = ("controller", "url", "master")
-WEIGHT_KEYS = {"model", "revision", "source", "path", "base_url", "manifest",
-               "trust_first_copy", "current"}
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _show(value) -> str:
     if value is None:
         return "nothing (undefined)"
     return f"{value!r} ({type(value).__name__})"
-
-
-# The inventory variables twinrail reads (README's table); with the stages'
-# settings (their argument specs) and the facts the stages hand to later
-# ones, every name a site may set. Anything else with these prefixes is a
-# typo that would silently be ignored.
-TWINRAIL_VARIABLES = (
-    "twinrail_mgmt_address", "twinrail_rails", "twinrail_rail_mtu", "twinrail_rail_link_rate_gbps",
-    "twinrail_rail_fabric",
-    "twinrail_tcp_fallback_allowed", "twinrail_bandwidth_min_ratio", "twinrail_bandwidth_aggregate_min_gbps",
-    "twinrail_bandwidth_bidir_min_gbps",
-    "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
-    "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
-    "twinrail_site",
-    # a node's GPUs (the 8-GPU servers' and consumer pairs' profiles)
-    "twinrail_gpu_count", "twinrail_gpu_mig", "twinrail_gpu_pcie_min_width", "twinrail_gpu_memory_utilization",
-    # the lab's own (tools/lab.py, inventory/lab)
-    "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
-    "twinrail_lab_memory_mb", "twinrail_lab_publish",
-)
-# set by one stage for the next (set_fact), never by a site
-STAGE_FACTS = ("rdma_network_active_rails", "rdma_network_check_pending")
-
-
-def check_names(names_by_host: dict, settings: set, prefixes: tuple) -> list[str]:
-    """Unknown names with twinrail's prefix or a stage's (``prefixes``: the
-    stage registry's, module_utils/stages.py), each once with the hosts
-    that have it and the closest known name."""
-    known = sorted(set(TWINRAIL_VARIABLES) | set(settings) | set(STAGE_FACTS))
-    watched = ("twinrail_",) + tuple(prefixes)
-    hosts_of: dict = {}
-    for host in sorted(names_by_host):
-        for name in names_by_host[host] or []:
-            if name.startswith(watched) and name not in known:
-                hosts_of.setdefault(name, []).append(host)
-    errors = []
-    for name in sorted(hosts_of):
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        errors.append(
-            f"{', '.join(hosts_of[name])}: {name}: expected a name twinrail reads (an inventory variable in README's "
-            f"table or a stage's setting in roles/<role>/meta/argument_specs.yml), got an unknown one, which every "
-            f"stage would ignore{hint}")
-    return errors
 
 
 class Validator:
@@ -167,31 +109,31 @@ class Validator:
             self.err(host, "twinrail_rail_fabric", "direct (node to node cables, one worker) or switch (a switch "
                      "per rail)", hv["twinrail_rail_fabric"])
         mtu = hv.get("twinrail_rail_mtu")
-        if not _is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX:
+        if not is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX:
             self.err(host, "twinrail_rail_mtu", f"an integer from {MTU_MIN} to {MTU_MAX}", mtu)
         rate = hv.get("twinrail_rail_link_rate_gbps")
-        if not _is_number(rate) or rate <= 0:
+        if not is_number(rate) or rate <= 0:
             self.err(host, "twinrail_rail_link_rate_gbps",
                      "a positive number of Gb/s (e.g. 200)", rate)
         ratio = hv.get("twinrail_bandwidth_min_ratio")
-        if not _is_number(ratio) or not 0 < ratio <= 1:
+        if not is_number(ratio) or not 0 < ratio <= 1:
             self.err(host, "twinrail_bandwidth_min_ratio",
                      "a number above 0 and at most 1 (e.g. 0.9)", ratio)
         aggregate = hv.get("twinrail_bandwidth_aggregate_min_gbps")
         rails = hv.get("twinrail_rails") if isinstance(hv.get("twinrail_rails"), list) else []
-        if not _is_number(aggregate) or aggregate <= 0:
+        if not is_number(aggregate) or aggregate <= 0:
             self.err(host, "twinrail_bandwidth_aggregate_min_gbps",
                      "a positive number of Gb/s (e.g. 200)", aggregate)
-        elif _is_number(rate) and rate > 0 and rails and aggregate > len(rails) * rate:
+        elif is_number(rate) and rate > 0 and rails and aggregate > len(rails) * rate:
             self.errors.append(
                 f"{host}: twinrail_bandwidth_aggregate_min_gbps: expected at most the sum of "
                 f"the rails' line rates ({len(rails)} x {rate:g} = {len(rails) * rate:g} Gb/s), "
                 f"got {aggregate!r}")
         bidir = hv.get("twinrail_bandwidth_bidir_min_gbps")
-        if not _is_number(bidir) or bidir <= 0:
+        if not is_number(bidir) or bidir <= 0:
             self.err(host, "twinrail_bandwidth_bidir_min_gbps",
                      "a positive number of Gb/s, both directions together (e.g. 200)", bidir)
-        elif _is_number(rate) and rate > 0 and rails and bidir > 2 * len(rails) * rate:
+        elif is_number(rate) and rate > 0 and rails and bidir > 2 * len(rails) * rate:
             self.errors.append(
                 f"{host}: twinrail_bandwidth_bidir_min_gbps: expected at most twice the sum of "
                 f"the rails' line rates (2 x {len(rails)} x {rate:g} = {2 * len(rails) * rate:g} Gb/s), "
@@ -201,7 +143,7 @@ class Validator:
         ok = True
         for name, value in (("twinrail_memory_soft_watermark_pct", soft),
                             ("twinrail_memory_hard_watermark_pct", hard)):
-            if not _is_number(value) or not 0 < value < 100:
+            if not is_number(value) or not 0 < value < 100:
                 self.err(host, name, "a percentage above 0 and below 100", value)
                 ok = False
         if ok and not soft < hard:
@@ -214,111 +156,29 @@ class Validator:
             self.check_weights(host, hv["twinrail_weights"])
 
     def check_weights(self, host: str, sets) -> None:
-        """twinrail_weights: the weight sets to sync, each a mapping."""
-        if not isinstance(sets, list) or not sets:
-            self.err(host, "twinrail_weights", "a list of weight sets (model, revision, "
-                     "source, path or base_url, manifest)", sets)
-            return
-        seen, current = set(), {}
-        for index, item in enumerate(sets):
-            where = f"twinrail_weights[{index}]"
-            if not isinstance(item, dict):
-                self.err(host, where, "a mapping (model, revision, source, ...)", item)
-                continue
-            for key in sorted(set(item) - WEIGHT_KEYS):
-                self.err(host, f"{where}.{key}",
-                         f"one of the known keys ({', '.join(sorted(WEIGHT_KEYS))})", key)
-            for key in ("model", "revision"):
-                value = item.get(key)
-                if not isinstance(value, str) or not WEIGHT_NAME_RE.match(value):
-                    self.err(host, f"{where}.{key}", "a directory name of letters, digits, "
-                             "'.', '_' and '-' (not starting with '.' or '-')", value)
-            source = item.get("source")
-            if source not in WEIGHT_SOURCES:
-                self.err(host, f"{where}.source", f"one of {', '.join(WEIGHT_SOURCES)}", source)
-            for key in ("trust_first_copy", "current"):
-                if key in item and not isinstance(item[key], bool):
-                    self.err(host, f"{where}.{key}", "a boolean (true or false)", item[key])
-            manifest = item.get("manifest", "SHA256SUMS")
-            if source in ("controller", "master"):
-                path = item.get("path")
-                if not isinstance(path, str) or not path.startswith("/"):
-                    self.err(host, f"{where}.path", f"an absolute path of a directory on the "
-                             f"{source}", path)
-                if manifest not in (None, "") and (not isinstance(manifest, str) or
-                                                   manifest.startswith("/") or ".." in manifest):
-                    self.err(host, f"{where}.manifest", "a file name inside path "
-                             "(e.g. SHA256SUMS), or empty with trust_first_copy", manifest)
-            if source == "url":
-                base = item.get("base_url")
-                if not isinstance(base, str) or not re.match(r"^https?://[^/\s]+/\S*$", base):
-                    self.err(host, f"{where}.base_url",
-                             "an http(s) URL the manifest's paths are appended to", base)
-                if manifest in (None, ""):
-                    self.err(host, f"{where}.manifest", "the manifest's URL or file name under "
-                             "base_url: for a url source it is the list of files", manifest)
-            if manifest in (None, "") and item.get("trust_first_copy") is not True:
-                self.err(host, f"{where}.manifest", "a SHA256SUMS manifest, or "
-                         "trust_first_copy: true to make it from the master's first copy",
-                         manifest)
-            key = (item.get("model"), item.get("revision"))
-            if key in seen:
-                self.err(host, where, "each model and revision once", f"{key[0]}/{key[1]}")
-            seen.add(key)
-            if item.get("current", True) is True:
-                if item.get("model") in current:
-                    self.err(host, f"{where}.current", f"one current revision per model "
-                             f"({current[item.get('model')]} is current already; "
-                             f"set current: false on one)", item.get("revision"))
-                current[item.get("model")] = item.get("revision")
+        """twinrail_weights: the weight sets to sync (inventory_served.py)."""
+        for variable, expected, got in weights_problems(sets):
+            self.err(host, variable, expected, got)
 
     def check_model(self, host: str, model) -> None:
-        if not isinstance(model, dict):
-            self.err(host, "twinrail_model", "a mapping (name, params_b, bits_per_param, "
-                     "layers, kv_heads, head_dim, context, kv_type, parallel)", model)
-            return
-        name = model.get("name")
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
-            self.err(host, "twinrail_model.name",
-                     "a name of letters, digits, '.', '_' and '-'", name)
-        gguf = model.get("gguf", "")
-        if gguf not in ("", None) and (not isinstance(gguf, str) or not gguf.startswith("/")):
-            self.err(host, "twinrail_model.gguf",
-                     "an absolute path on the controller, or empty", gguf)
-        for key in MODEL_INTS:
-            value = model.get(key)
-            if not _is_int(value) or value <= 0:
-                self.err(host, f"twinrail_model.{key}", "a positive integer", value)
-        for key in MODEL_NUMBERS:
-            value = model.get(key)
-            if not _is_number(value) or value <= 0:
-                self.err(host, f"twinrail_model.{key}", "a positive number", value)
-        kv_type = model.get("kv_type")
-        if "kv_bytes" in model:
-            self.err(host, "twinrail_model.kv_bytes", "no kv_bytes: it became kv_type, the KV cache type "
-                     f"llama-server is given (one of {', '.join(KV_TYPES)}), whose bytes per element the plan "
-                     "knows", model.get("kv_bytes"))
-        if kv_type not in KV_TYPES:
-            self.err(host, "twinrail_model.kv_type", "a KV cache type llama.cpp has: "
-                     + ", ".join(f"{name} ({size:g} bytes per element)" for name, size in KV_TYPES.items()),
-                     kv_type)
-        bits = model.get("bits_per_param")
-        if _is_number(bits) and bits > 32:
-            self.err(host, "twinrail_model.bits_per_param", "at most 32 bits", bits)
+        """twinrail_model: the model's figures (inventory_served.py)."""
+        for variable, expected, got in model_problems(model):
+            self.err(host, variable, expected, got)
+
 
     def check_gpus(self, host: str, hv: dict) -> None:
         """A node's GPU settings, where it sets them."""
         count = hv.get("twinrail_gpu_count")
-        if count is not None and not (_is_int(count) and count >= 1):
+        if count is not None and not (is_int(count) and count >= 1):
             self.err(host, "twinrail_gpu_count", "a whole number of GPUs, 1 or more (or unset)", count)
         width = hv.get("twinrail_gpu_pcie_min_width")
-        if width is not None and not (_is_int(width) and width in (1, 2, 4, 8, 16, 32)):
+        if width is not None and not (is_int(width) and width in (1, 2, 4, 8, 16, 32)):
             self.err(host, "twinrail_gpu_pcie_min_width", "a PCIe width, one of 1, 2, 4, 8, 16, 32 (or unset)", width)
         mig = hv.get("twinrail_gpu_mig")
         if mig is not None and not isinstance(mig, bool):
             self.err(host, "twinrail_gpu_mig", "a boolean (true or false)", mig)
         share = hv.get("twinrail_gpu_memory_utilization")
-        if share is not None and not (_is_number(share) and 0 < share <= 1):
+        if share is not None and not (is_number(share) and 0 < share <= 1):
             self.err(host, "twinrail_gpu_memory_utilization", "a fraction above 0 and at most 1, such as 0.9", share)
 
     def check_node(self, host: str, hv: dict) -> list[dict]:
@@ -370,7 +230,7 @@ class Validator:
                 self.err(host, f"{where}.rdma_device",
                          "an RDMA device name such as mlx5_0, or empty for none", dev)
             mtu = rail.get("mtu")
-            if mtu is not None and (not _is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX):
+            if mtu is not None and (not is_int(mtu) or not MTU_MIN <= mtu <= MTU_MAX):
                 self.err(host, f"{where}.mtu", f"an integer from {MTU_MIN} to {MTU_MAX}", mtu)
                 sound = False
             address = rail.get("address")

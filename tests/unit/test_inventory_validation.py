@@ -14,7 +14,8 @@ import json
 import pytest
 from conftest import REPO, load_inventory
 
-from inventory_rules import check_names, validate
+from inventory_names import check_names
+from inventory_rules import validate
 from stages import prefixes, registry
 
 EXAMPLE = REPO / "inventory" / "example"
@@ -480,7 +481,7 @@ def test_the_facts_stages_hand_on_are_the_only_unspecified_prefixed_names():
     stage; it must be declared, or preflight would call it a typo when
     passed with -e (and a new one would go unnoticed)."""
     import yaml as _yaml
-    from inventory_rules import STAGE_FACTS
+    from inventory_names import STAGE_FACTS
     from stages import prefixes
     stage_prefixes = prefixes(REPO)
     found = set()
