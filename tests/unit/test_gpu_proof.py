@@ -19,6 +19,7 @@ from runtime_build import CUDA_DRIVER, GLIBC, cmake_definitions, fully_static, l
 
 sys.path.insert(0, str(REPO / "tools"))
 import gpu_proof  # noqa: E402  pylint: disable=wrong-import-position
+import gpu_proof_prepare  # noqa: E402  pylint: disable=wrong-import-position
 
 RDMA_ALLOW = ["libibverbs.so.1", "libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"]
 
@@ -60,20 +61,20 @@ def test_the_trim_keeps_what_the_build_needs_and_drops_the_rest():
     drop = ["models/ggml-vocab-llama-bpe.gguf", "docs/build.md", "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
             "tools/ui/src/app.html", "media/llama0-logo.png"]
     def member(rel):
-        info = tarfile.TarInfo(f"{gpu_proof.SUBDIR}/{rel}")
+        info = tarfile.TarInfo(f"{gpu_proof_prepare.SUBDIR}/{rel}")
         info.size = 1
         return info
-    assert [rel for rel in keep if gpu_proof.trimmed(member(rel))] == []
-    assert [rel for rel in drop if not gpu_proof.trimmed(member(rel))] == []
-    assert gpu_proof.trimmed(tarfile.TarInfo("llama_cpp_python-0.3.36/llama_cpp/llama.py"))
+    assert [rel for rel in keep if gpu_proof_prepare.trimmed(member(rel))] == []
+    assert [rel for rel in drop if not gpu_proof_prepare.trimmed(member(rel))] == []
+    assert gpu_proof_prepare.trimmed(tarfile.TarInfo("llama_cpp_python-0.3.36/llama_cpp/llama.py"))
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    if not gpu_proof.ARCHIVE.is_file() or not gpu_proof.SMOLLM2.is_file():
+    if not gpu_proof_prepare.ARCHIVE.is_file() or not gpu_proof_prepare.SMOLLM2.is_file():
         pytest.fail("the bundle is absent: make unit runs after make bundle")
     out = tmp_path_factory.mktemp("gpu-proof")
-    return out, gpu_proof.prepare(out, 4)
+    return out, gpu_proof_prepare.prepare(out, 4)
 
 
 def test_prepare_fits_one_call_and_the_dry_run_checks_it(prepared, capsys):
@@ -82,9 +83,9 @@ def test_prepare_fits_one_call_and_the_dry_run_checks_it(prepared, capsys):
     assert set(manifest["files"]) == {"llama.cpp.tar.xz", "model.gguf", "build-cpu.sh", "build-cuda.sh"}
     with tarfile.open(out / "llama.cpp.tar.xz") as archive:
         names = set(archive.getnames())
-    assert f"{gpu_proof.SUBDIR}/ggml/src/ggml-cuda/CMakeLists.txt" in names
-    assert not any(n.startswith(f"{gpu_proof.SUBDIR}/models/") or n.endswith(".gguf") for n in names)
-    assert f"{gpu_proof.SUBDIR}/src/models/llama.cpp" in names  # the architectures' code is the build's
+    assert f"{gpu_proof_prepare.SUBDIR}/ggml/src/ggml-cuda/CMakeLists.txt" in names
+    assert not any(n.startswith(f"{gpu_proof_prepare.SUBDIR}/models/") or n.endswith(".gguf") for n in names)
+    assert f"{gpu_proof_prepare.SUBDIR}/src/models/llama.cpp" in names  # the architectures' code is the build's
     # the model: the lab's SmolLM2 cut to its first four layers, read back by the plan's own GGUF reader
     assert manifest["model"]["figures"]["layers"] == 4 and manifest["model"]["architecture"] == "llama"
     # the stage's template, rendered by Ansible with the stage's definitions
