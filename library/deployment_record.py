@@ -69,6 +69,13 @@ options:
     description: Kept in a new record but not part of its digest (the bandwidth baseline, measured anew each run).
     type: dict
     default: {}
+attributes:
+  check_mode:
+    support: full
+    details: Computes the record in check mode; reports whether it would write one.
+  diff_mode:
+    support: full
+    details: Shows the record C(current) points to and the one it will.
 """
 
 EXAMPLES = r"""
@@ -105,6 +112,7 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_diff import diff, json_text
 
 from ansible.module_utils.gpu_facts import ParseError, parse_table
 from ansible.module_utils.weights_sums import sha256_file
@@ -235,6 +243,11 @@ def main():
     record = existing or dict(content, **p["informational"], digest=digest,
                               recorded=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     changed = existing is None or link_target(current) != digest + ".json"
+    result = {"changed": changed, "record": record, "path": path, "digest": digest}
+    if module._diff and changed:  # pylint: disable=protected-access
+        # what `current` pointed to, and what it will
+        before = read_json(os.path.join(p["dir"], link_target(current))) if link_target(current) else None
+        result["diff"] = diff(current, json_text(before) if before else "", json_text(record))
     if changed and not module.check_mode:
         try:
             os.makedirs(p["dir"], mode=0o755, exist_ok=True)
@@ -251,7 +264,7 @@ def main():
             os.rename(current + ".tmp", current)
         except OSError as exc:
             module.fail_json(msg=f"deployment record: {p['host']}: cannot write {p['dir']}: {exc}")
-    module.exit_json(changed=changed, record=record, path=path, digest=digest)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

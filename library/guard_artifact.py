@@ -31,6 +31,9 @@ attributes:
   check_mode:
     support: full
     details: Builds in memory in check mode; reports what it would write.
+  diff_mode:
+    support: full
+    details: Shows the zipapp's checksum line before and after (the zipapp itself is binary).
 """
 
 EXAMPLES = r"""
@@ -66,6 +69,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.guard_zipapp import build
+from ansible.module_utils.module_diff import diff, file_text
 
 
 def main() -> None:
@@ -86,13 +90,18 @@ def main() -> None:
     if os.path.isfile(path):
         with open(path, "rb") as handle:
             changed = handle.read() != data
+    result = {"changed": changed, "path": path, **meta}
+    if module._diff and changed:  # pylint: disable=protected-access
+        # the zipapp by its checksum file: a line, not its bytes
+        result["diff"] = diff(path + ".sha256", file_text(path + ".sha256"),
+                              f"{meta['sha256']}  twinrail-guard.pyz\n")
     if changed and not module.check_mode:
         os.makedirs(directory, exist_ok=True)
         for name, content in ((path, data), (path + ".sha256", f"{meta['sha256']}  twinrail-guard.pyz\n".encode())):
             with open(name + ".part", "wb") as handle:
                 handle.write(content)
             os.replace(name + ".part", name)
-    module.exit_json(changed=changed, path=path, **meta)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,13 @@ options:
     description: Fail when a value differs after applying.
     type: bool
     default: true
+attributes:
+  check_mode:
+    support: full
+    details: Reads every key in check mode; reports the keys it would set.
+  diff_mode:
+    support: full
+    details: Shows the keys it sets, as the kernel held them and as they will be.
 """
 
 EXAMPLES = r"""
@@ -63,6 +70,7 @@ mismatches:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_diff import diff, key_values
 from ansible.module_utils.sysctl_values import mismatches, normalize, read
 
 
@@ -95,6 +103,10 @@ def main() -> None:
     changed = bool(to_set) and module.params["apply"]
     result = {"changed": changed, "before": before, "after": after,
               "set": to_set if module.params["apply"] else [], "mismatches": wrong}
+    if module._diff and changed:  # pylint: disable=protected-access
+        # the keys it sets, as the kernel held them and as they will be
+        result["diff"] = diff("/proc/sys", key_values({k: before[k] for k in to_set}),
+                              key_values({k: settings[k] for k in to_set}))
     if wrong and module.params["verify"]:
         module.fail_json(msg=f"kernel: {module.params['host']}: sysctl not in effect: "
                              + "; ".join(wrong), **result)

@@ -65,6 +65,13 @@ options:
     description: Fail naming each bad file, its expected and its actual sha256.
     type: bool
     default: false
+attributes:
+  check_mode:
+    support: full
+    details: Hashes and verifies in check mode; writes no manifest, cache or promotion.
+  diff_mode:
+    support: partial
+    details: Shows a manifest it makes (trust_first_copy); verifying and promoting change no text to show.
 """
 
 EXAMPLES = r"""
@@ -119,6 +126,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.module_diff import diff
 from ansible.module_utils.weights_sums import (
     ManifestError, hash_files, list_files, load_cache, parse_sha256sums, promote,
     render_sha256sums, save_cache, verify)
@@ -183,6 +191,8 @@ def main() -> None:
     out = {"files": result["files"], "bad": result["bad"], "hashed": result["hashed"],
            "hashed_bytes": result["hashed_bytes"], "sizes": result["sizes"],
            "entries": len(manifest), "manifest_created": created}
+    if created and module._diff:  # pylint: disable=protected-access
+        out["diff"] = diff(params["manifest"], "", render_sha256sums(manifest))
     if params["promote_to"]:
         promote_cache = params["promote_cache"] or os.path.join(params["promote_to"], CACHE_NAME)
         if module.check_mode:

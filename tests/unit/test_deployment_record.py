@@ -92,3 +92,18 @@ def test_the_record_keeps_the_gpu_driver_and_cuda_from_nvidia_smi(tmp_path):
     assert record["gpu"] == {"driver_version": "580.95.05", "cuda_version": "13.0", "gpus": ["NVIDIA GB10"]}, record["gpu"]
     none = run(tmp_path, nvidia_smi=str(tmp_path / "bin" / "absent"))
     assert none["record"]["gpu"] is None and none["digest"] != run(tmp_path, nvidia_smi=str(smi))["digest"]
+
+
+def test_diff_mode_shows_the_record_current_pointed_to_and_the_new_one(tmp_path):
+    deploy(tmp_path, "build-a", "cfg1")
+    current = str(tmp_path / "records" / "current")
+    first = run(tmp_path, _ansible_diff=True)
+    assert first["diff"]["before"] == "" and first["diff"]["before_header"] == f"{current} (absent)"
+    assert json.loads(first["diff"]["after"]) == first["record"] and first["diff"]["after_header"] == current
+    assert "diff" not in run(tmp_path, _ansible_diff=True)
+    deploy(tmp_path, "build-b", "cfg1")
+    checked = run(tmp_path, check_mode=True, _ansible_diff=True)
+    before, after = json.loads(checked["diff"]["before"]), json.loads(checked["diff"]["after"])
+    assert before == first["record"] and after["runtime"]["release"] == "build-b"
+    # the new build and its digest (and the time, past a second's turn): nothing else moved
+    assert {"runtime", "digest"} <= {k for k in after if after[k] != before.get(k)} <= {"runtime", "digest", "recorded"}

@@ -98,3 +98,14 @@ def test_the_module_writes_the_release_once_and_nothing_in_check_mode(tmp_path):
     assert not again["changed"] and again["release"] == first["release"]
     refused = run_module(tmp_path, source=tmp_path / "nowhere")
     assert refused["failed"] and refused["msg"].startswith("service: the guard's artifact: ") and "nowhere" in refused["msg"]
+
+
+def test_diff_mode_shows_the_release_by_its_checksum_line(tmp_path):
+    args = {"source": str(SRC), "cache": str(tmp_path / "cache"), "_ansible_diff": True}
+    first = module_process(MODULE, dict(args, _ansible_check_mode=True), tmp_path, env={"PATH": "/usr/bin:/bin"})
+    sums = first["path"] + ".sha256"
+    assert first["diff"] == {"before": "", "after": f"{first['sha256']}  twinrail-guard.pyz\n",
+                             "before_header": f"{sums} (absent)", "after_header": sums}
+    module_process(MODULE, args, tmp_path, env={"PATH": "/usr/bin:/bin"})
+    # converged: nothing to show
+    assert "diff" not in module_process(MODULE, args, tmp_path, env={"PATH": "/usr/bin:/bin"})

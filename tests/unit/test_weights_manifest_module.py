@@ -80,3 +80,19 @@ def test_staged_files_are_promoted_and_a_first_copy_makes_the_manifest(tmp_path,
     # the promoted file joined the final directory's cache: verifying reads nothing
     _, again = run({"path": str(final), "manifest": str(manifest)}, capsys)
     assert again["files"] == {"x.bin": "ok"} and again["hashed"] == [] and not again["changed"]
+
+
+def test_diff_mode_shows_a_manifest_made_from_a_first_copy(tmp_path, capsys):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "x.bin").write_bytes(b"first copy")
+    manifest = tmp_path / "made.sha256"
+    args = {"path": str(staging), "manifest": str(manifest), "create": True, "_ansible_diff": True}
+    code, out = run(args, capsys, check_mode=True)
+    assert code == 0 and not manifest.exists()
+    assert out["diff"] == {"before": "", "after": f"{sha256_file(str(staging / 'x.bin'))}  x.bin\n",
+                           "before_header": f"{manifest} (absent)", "after_header": str(manifest)}
+    run(dict(args), capsys)
+    # the manifest is there: read, not made, nothing to show
+    code, again = run(args, capsys)
+    assert code == 0 and "diff" not in again and not again["manifest_created"]
