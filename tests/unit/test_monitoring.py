@@ -67,7 +67,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 24 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 32 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -459,3 +459,116 @@ def test_a_slow_first_token_at_p99_fires_and_a_fast_one_does_not(tmp_path):
     refused = rule_test(tmp_path, rules, fast_only, [
         {"eval_time": "150s", "alertname": "TwinrailFirstTokenSlow", "exp_alerts": firing}])
     assert refused.returncode != 0
+
+
+# ---------------------------------------------------------------- GPUs
+
+def gpu_series(capture: Path, node: str, values: dict[str, str] | None = None, meminfo=None) -> list[dict]:
+    """promtool input series from a real nvidia-smi answer written by
+    twinrail-guard gpu, scraped from `node` (each sample held, or the
+    values given per metric name)."""
+    from twinrail.guard import gpu
+
+    text = gpu.render(gpu.telemetry(gpu.parse_query(capture.read_text()), meminfo), 0, None, 1765000000.0)
+    scrape = {"instance": f"{node}:9100", "job": "node", "node": node}
+    out = []
+    for (name, labels), value in samples(text).items():
+        if name == "twinrail_gpu_checked_timestamp_seconds":
+            continue
+        label_text = ", ".join(f'{k}="{v}"' for k, v in sorted({**dict(labels), **scrape}.items()))
+        out.append({"series": f"{name}{{{label_text}}}", "values": (values or {}).get(name, f"{value:g}x20")})
+    return out
+
+
+TELEMETRY = FIXTURES / "gpu-telemetry"
+H100 = TELEMETRY / "nvidia_smi_query_gpu_csv_allfields_1x_h100_80gb_hbm3_load_drv590.48.01.txt"
+L40S = TELEMETRY / "nvidia_smi_query_gpu_csv_allfields_1x_l40s_load_drv595.80.txt"
+GB10 = TELEMETRY / "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_drv580.173.02_mem_NA_util_power_temp_header_units.txt"
+
+
+def test_joules_per_token_and_cost_from_real_power_and_the_guards_tokens(tmp_path):
+    """An H100 under load (631.95 W) and a GB10 (11.17 W), the guard counting
+    60 tokens every 5 s (12 tokens/s): 643.12 W / 12 tokens/s = 53.59 J a
+    token; at 0.30 a kWh, 53.59e6 J / 3.6e6 * 0.30 = 4.466 a million tokens."""
+    rules = render_rules(tmp_path, **LAB, monitoring_electricity_price=0.30)
+    assert promtool("check", "rules", str(rules)).returncode == 0
+    tokens = {"series": f'twinrail_guard_generated_tokens_total{{{WORKER}, model="m"}}', "values": "0+60x80"}
+    series = gpu_series(H100, "spark-a") + gpu_series(GB10, "spark-b", meminfo={"MemTotal": 2**37,
+                                                                                "MemAvailable": 2**36}) + [tokens]
+    exprs = [{"expr": "round(twinrail:energy_joules_per_token, 0.01)", "eval_time": "6m",
+              "exp_samples": [{"labels": "{}", "value": 53.59}]},
+             {"expr": "round(twinrail:cost_per_million_tokens, 0.001)", "eval_time": "6m",
+              "exp_samples": [{"labels": "{}", "value": 4.466}]}]
+    result = rule_test(tmp_path, rules, series, [], exprs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # no tokens (an idle cluster): no figure rather than an infinite one
+    idle = rule_test(tmp_path, rules, series[:-1] + [dict(tokens, values="0x80")], [],
+                     [{"expr": "twinrail:energy_joules_per_token", "eval_time": "6m", "exp_samples": []}])
+    assert idle.returncode == 0, idle.stdout + idle.stderr
+    # without a price the cost is not recorded
+    assert "cost_per_million_tokens" not in render_rules(tmp_path, **LAB).read_text()
+
+
+def test_gpu_alerts_fire_on_the_gpu_that_crosses_and_name_it(tmp_path):
+    """Real figures against lowered bounds: the H100 at 59 C fires a bound of
+    55, the L40S at 54 C does not; a dedicated GPU 96 % full fires, a GB10's
+    unified memory 99 % full does not (the watermarks judge it)."""
+    rules = render_rules(tmp_path, **LAB, monitoring_alert_gpu_temperature_celsius=55)
+    used = {"twinrail_gpu_memory_used_bytes": f"{int(85520809984 * 0.96)}x20"}
+    series = (gpu_series(H100, "n1", used) + gpu_series(L40S, "n2")
+              + gpu_series(GB10, "spark", meminfo={"MemTotal": 100, "MemAvailable": 1}))
+    hot = [{"exp_labels": {"severity": "warning", "gpu": "0", "bus_id": "00000000:00:09.0",
+                           "name": "NVIDIA H100 80GB HBM3", "instance": "n1:9100", "job": "node", "node": "n1"},
+            "exp_annotations": {"summary": "n1 GPU 0 (00000000:00:09.0) is at 59 C",
+                                "description": "Above this the GPU slows its clocks to cool down (tokens/s fall): "
+                                               "check the airflow and the fans."}}]
+    full = [{"exp_labels": {"severity": "warning", "gpu": "0", "bus_id": "00000000:00:09.0",
+                            "name": "NVIDIA H100 80GB HBM3", "instance": "n1:9100", "job": "node", "node": "n1"},
+             "exp_annotations": {
+                 "summary": "n1 GPU 0 (00000000:00:09.0) uses 96% of its memory",
+                 "description": "Close to full, a longer context or one more slot fails to allocate (cudaMalloc): "
+                                "lower the context or slots, or give the GPU a smaller share of the layers. A GB10's "
+                                "memory is the node's (unified): the memory watermarks' alerts judge it."}}]
+    result = rule_test(tmp_path, rules, series,
+                       [{"eval_time": "20s", "alertname": "TwinrailGpuHot", "exp_alerts": hot},
+                        {"eval_time": "20s", "alertname": "TwinrailGpuMemoryNearFull", "exp_alerts": full},
+                        {"eval_time": "20s", "alertname": "TwinrailGpuUncorrectedErrors", "exp_alerts": []},
+                        {"eval_time": "20s", "alertname": "TwinrailGpuNotRead", "exp_alerts": []}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the same, an alert expected on the L40S too, is refused: the test can fail
+    wrong = [*hot, {**hot[0], "exp_labels": {**hot[0]["exp_labels"], "instance": "n2:9100", "node": "n2"}}]
+    refused = rule_test(tmp_path, rules, series, [{"eval_time": "20s", "alertname": "TwinrailGpuHot",
+                                                   "exp_alerts": wrong}])
+    assert refused.returncode != 0
+
+
+def test_uncorrected_errors_xid_lines_and_a_failed_nvidia_smi_fire(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    scrape = 'instance="n1:9100", job="node", node="n1"'
+    labels = f'bus_id="00000000:00:09.0", gpu="0", {scrape}, name="NVIDIA H100 80GB HBM3"'
+    series = [{"series": f"twinrail_gpu_ecc_uncorrected_errors{{{labels}}}", "values": "0 0 4x10"},
+              {"series": f"twinrail_gpu_xid_errors{{{scrape}}}", "values": "0 0 1x10"},
+              {"series": f"twinrail_gpu_smi_up{{{scrape}}}", "values": "1 1 0x10"},
+              {"series": f"twinrail_gpu_checked_timestamp_seconds{{{scrape}}}", "values": "0+5x12"}]
+    result = rule_test(tmp_path, rules, series, [
+        {"eval_time": "10s", "alertname": "TwinrailGpuUncorrectedErrors", "exp_alerts": [
+            {"exp_labels": {"severity": "critical", "bus_id": "00000000:00:09.0", "gpu": "0", "instance": "n1:9100",
+                            "job": "node", "node": "n1", "name": "NVIDIA H100 80GB HBM3"},
+             "exp_annotations": {"summary": "n1 GPU 0 (00000000:00:09.0): 4 uncorrected ECC errors",
+                                 "description": "Memory the GPU could not correct since the driver loaded: its "
+                                                "results may be wrong. Drain the node and reset the GPU (nvidia-smi "
+                                                "-r) or reboot; the next run's GPU gate refuses it while the counter "
+                                                "stands."}}]},
+        {"eval_time": "10s", "alertname": "TwinrailGpuXidErrors", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "instance": "n1:9100", "job": "node", "node": "n1"},
+             "exp_annotations": {"summary": "n1: 1 new Xid lines in the kernel log",
+                                 "description": "The NVIDIA driver reported GPU errors (journalctl -k -b | grep Xid); "
+                                                "twinrail status names each GPU's."}}]},
+        {"eval_time": "15s", "alertname": "TwinrailGpuNotRead", "exp_alerts": []},
+        {"eval_time": "25s", "alertname": "TwinrailGpuNotRead", "exp_alerts": [
+            {"exp_labels": {"severity": "critical", "instance": "n1:9100", "job": "node", "node": "n1"},
+             "exp_annotations": {"summary": "n1: the GPUs cannot be read",
+                                 "description": "nvidia-smi fails there (a GPU fallen off the bus, the driver gone or "
+                                                "upgraded under the running one: twinrail_gpu_smi_error_info says what "
+                                                "it printed), or the twinrail-gpu timer does not run."}}]}])
+    assert result.returncode == 0, result.stdout + result.stderr

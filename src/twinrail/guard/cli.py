@@ -10,6 +10,7 @@ import json
 
 from twinrail.guard import __doc__ as GUARD_DOC
 from twinrail.guard.agent import run_agent
+from twinrail.guard.gpu import run_gpu
 from twinrail.guard.memory import node_memory
 from twinrail.guard.proxy import run_proxy
 from twinrail.guard.textfile import run_transport
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     transport = sub.add_parser("transport", help="on a worker: write each RPC server's transport for node_exporter")
     transport.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
     transport.add_argument("--out", required=True, help="the .prom file in node_exporter's textfile directory")
+    gpu = sub.add_parser("gpu", help="on a node with GPUs: write each GPU's telemetry for node_exporter")
+    gpu.add_argument("--out", required=True, help="the .prom file in node_exporter's textfile directory")
+    gpu.add_argument("--nvidia-smi", required=True, help="the nvidia-smi to run")
     sub.add_parser("memory", help="print the node's memory as JSON")
     args = parser.parse_args(argv)
     if args.command == "proxy":
@@ -68,5 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         run_proxy(args)
     elif args.command == "transport":
         run_transport(args)
+    elif args.command == "gpu":
+        run_gpu(args)
     else:
         print(json.dumps(node_memory()))

@@ -1,6 +1,6 @@
 """The monitoring stage on the converged lab: every target up in
 Prometheus, the retention in effect, data behind each of the dashboard's
-eight panels (the seed's six, latency and errors; Prometheus's own API, through the proxy), node_exporter
+ten panels (the seed's six, latency and errors, the GPUs' two: unknown on the lab's CPU nodes; Prometheus's own API, through the proxy), node_exporter
 reachable from the master only, the dashboard drawn in headless Chromium,
 401 without an account; then drills (a stopped worker RPC server, a cut
 rail, a memory hog past the soft watermark), each raising its alert at the
@@ -63,31 +63,39 @@ def test_every_target_is_up_and_the_retention_is_the_inventorys(host):
     assert flags["storage.tsdb.retention.time"] == "30d" and flags["storage.tsdb.retention.size"] == "1GiB"
     assert flags["web.listen-address"] == f"127.0.0.1:{PROMETHEUS_PORT}"
     groups = {g["name"]: len(g["rules"]) for g in api("/monitoring/api/v1/rules")["data"]["groups"]}
-    assert groups == {"twinrail-rails": 3, "twinrail-service": 6, "twinrail-alerts": 15}
+    # the GPU group's records are there (the lab sets no electricity price: no cost rule)
+    assert groups == {"twinrail-rails": 3, "twinrail-service": 6, "twinrail-gpu": 3, "twinrail-alerts": 20}
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    """(panel, PromQL) as the dashboard's own script has them."""
+def panel_queries() -> list[tuple[str, str, bool]]:
+    """(panel, PromQL, whether the panel needs a GPU) as the dashboard's own script has them."""
     text = (PROJECT / "roles" / "monitoring" / "files" / "dashboard" / "dashboard.js").read_text()
-    panels = re.findall(r'\{id: "(\w+)", title:.*?queries: \[(.*?)\]\}', text, re.S)
-    out = [(pid, json.loads(f'"{q}"')) for pid, body in panels for q in re.findall(r'q: "((?:[^"\\]|\\.)*)"', body)]
-    assert len({pid for pid, _ in out}) == 8, out
+    panels = re.findall(r'\{id: "(\w+)", title:(.*?)queries: \[(.*?)\]\}', text, re.S)
+    out = [(pid, json.loads(f'"{q}"'), "needs:" in head) for pid, head, body in panels
+           for q in re.findall(r'q: "((?:[^"\\]|\\.)*)"', body)]
+    assert len({pid for pid, _, _ in out}) == 10, out
+    assert {pid for pid, _, gpu in out if gpu} == {"gpu", "energy"}, out
     return out
 
 
-def test_each_of_the_eight_panels_has_data(host):
+def test_each_panel_has_data_and_the_gpus_none_on_the_labs_cpu_nodes(host):
     for _ in range(3):  # some tokens, so the rates have something to show
         assert chat(tokens=16)[0] == 200
     time.sleep(12)  # two scrapes after them
     empty = []
     end = time.time()
-    for panel, expr in panel_queries():
+    gpu_points = 0
+    for panel, expr, gpu in panel_queries():
         data = api("/monitoring/api/v1/query_range", query=expr, start=end - 600, end=end, step=15)["data"]["result"]
         points = sum(len(series["values"]) for series in data)
         print(f"panel {panel}: {expr}: {len(data)} series, {points} points")
-        if not points:
+        if gpu:
+            gpu_points += points
+        elif not points:
             empty.append(f"{panel}: {expr}")
     assert not empty, f"panels without data: {empty}"
+    # no GPU, no power: no figure at all (energy per token unknown), never a zero
+    assert gpu_points == 0
     rails = {(r["metric"]["node"], r["metric"]["rail"]): float(r["value"][1])
              for r in query("twinrail:rail_transmit_bits:rate1m")}
     assert set(rails) == {(n, r) for n in ("lab-master", "lab-worker1") for r in ("rail0", "rail1")}
@@ -185,8 +193,12 @@ def test_the_dashboard_draws_its_panels_in_chromium(host):
         finally:
             browser.close()
     print(f"dashboard: {panels}; workers: {workers!r}; screenshot {SHOTS / 'twinrail-dashboard.png'}")
-    assert len(panels) == 8
-    assert all(state == "drawn" and points > 0 for _, state, points in panels), panels
+    assert len(panels) == 10
+    gpu = {"panel-gpu", "panel-energy"}
+    assert all(state == "drawn" and points > 0 for pid, state, points in panels if pid not in gpu), panels
+    # the lab's nodes read no GPU: those panels say unknown, not an empty chart
+    assert [(pid, state) for pid, state, _ in panels if pid in gpu] == [("panel-gpu", "unknown"),
+                                                                        ("panel-energy", "unknown")], panels
     assert "lab-worker1 198.19.0.2: up" in workers and "lab-worker1 198.19.1.2: up" in workers
 
 

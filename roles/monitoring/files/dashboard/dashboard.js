@@ -1,5 +1,5 @@
-// twinrail's dashboard: the seed's six panels, and what clients see (latency,
-// errors), from Prometheus's HTTP API
+// twinrail's dashboard: the seed's six panels, what clients see (latency,
+// errors) and the GPUs' own (telemetry, energy per token), from Prometheus's HTTP API
 // (through the proxy: api/ under this page is Prometheus's /api/), drawn
 // with uPlot, over a chosen window; and the cluster at a glance.
 // Each panel says how it was drawn (data-state, data-series, data-points)
@@ -37,6 +37,18 @@ const PANELS = [
    queries: [
      {q: "100 * twinrail:responses:error_ratio", label: m => "errors %"},
      {q: "twinrail:responses:rate", label: m => m.code + "/s"}]},
+  // the GPUs' own (twinrail-guard gpu): nothing where no GPU is read, the lab's CPU nodes
+  {id: "gpu", title: "GPUs: memory used and busy (%), temperature (C)", unit: "", needs: "no GPU is read here",
+   queries: [
+     {q: "100 * twinrail:gpu_memory_used:ratio", label: m => m.node + " GPU " + m.gpu + " memory %"},
+     {q: "100 * twinrail_gpu_utilization_ratio", label: m => m.node + " GPU " + m.gpu + " busy %"},
+     {q: "twinrail_gpu_temperature_celsius", label: m => m.node + " GPU " + m.gpu + " C"}]},
+  {id: "energy", title: "Power (W), energy per generated token (J) and cost of a million tokens", unit: "",
+   needs: "no GPU reports its power here",
+   queries: [
+     {q: "twinrail_gpu_power_watts", label: m => m.node + " GPU " + m.gpu + " W"},
+     {q: "twinrail:energy_joules_per_token", label: () => "J per token"},
+     {q: "twinrail:cost_per_million_tokens", label: () => "cost per million tokens"}]},
 ];
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 let windowSeconds = 900;
@@ -85,8 +97,11 @@ async function drawPanel(panel, element) {
   if (charts[panel.id]) { charts[panel.id].destroy(); delete charts[panel.id]; }
   plot.innerHTML = "";
   if (!labels.length) {
-    plot.innerHTML = '<p class="empty">no data in this window</p>';
-    element.dataset.state = "empty";
+    // a panel of what only some nodes have (GPUs): unknown where none has it, not an empty chart
+    const unknown = panel.needs && !(await api("query", {query: "count(" + panel.queries[0].q + ")"})).result.length;
+    plot.innerHTML = unknown ? '<p class="empty">unknown: ' + panel.needs + '</p>'
+                             : '<p class="empty">no data in this window</p>';
+    element.dataset.state = unknown ? "unknown" : "empty";
     return;
   }
   const opts = {
