@@ -198,8 +198,9 @@ def test_a_sick_gpu_is_health_err_naming_node_gpu_and_counter(cluster):
                       "pending (Remapped Rows / Pending: Yes, 4 row(s) for uncorrectable errors): reset the GPU or "
                       "reboot to apply it")
     assert [c[0] for c in gpu[2:]] == ["WARN", "WARN"]  # the Xid 13s and 43 of another bus: an application's
+    # no CSV query in that probe: no figures
     assert result["nodes"][1]["gpus"] == [{"index": 0, "name": "NVIDIA A10", "bus_id": "00000000:07:00.0",
-                                           "well": False}]
+                                           "well": False, "telemetry": None}]
     assert "    GPU 0   NVIDIA A10" in status.render(result) and "SICK (see above)" in status.render(result)
 
 
@@ -345,3 +346,42 @@ def test_the_drill_times_the_503_the_stream_and_the_way_back(cluster, refuse, en
     assert [f.split(": ", 1)[1].split(" for")[0] for f in result["failures"]] == failed
     if failed:
         assert result["failures"][0].startswith(f"drill stop-worker: no 503 for a new request within {sla:g} s (")
+
+
+def test_each_gpu_shows_its_figures_as_the_telemetry_reads_them(cluster):
+    """The worker an H100 under load (its nvidia-smi -q and its CSV query,
+    real captures of one machine, tests/fixtures/gpu-telemetry/): healthy,
+    with its memory, load, power and temperature; a query that fails is a
+    WARN and no figures, the health still read."""
+    telemetry = REPO / "tests" / "fixtures" / "gpu-telemetry"
+    probes = copy.deepcopy(PROBES)
+    probes["lab-worker1"]["gpu"] = {
+        "rc": 0, "stderr": "", "loaded": True, "xid": "", "meminfo": "MemTotal: 1024 kB\nMemAvailable: 512 kB\n",
+        "detail": (telemetry / "nvidia_smi_q_full_1x_h100_80gb_hbm3_load_drv590.48.01_power_readings.txt").read_text(),
+        "query": (telemetry / "nvidia_smi_query_gpu_csv_allfields_1x_h100_80gb_hbm3_load_drv590.48.01.txt").read_text()}
+    result = judged(cluster, probes)
+    (gpu,) = result["nodes"][1]["gpus"]
+    assert gpu["well"] and gpu["telemetry"]["power_watts"] == 631.95 and not gpu["telemetry"]["memory_unified"]
+    assert ("    GPU 0   NVIDIA H100 80GB HBM3              00000000:00:09.0 healthy, memory 19.4 of 79.6 GiB, "
+            "busy 100 %, 631.95 W of 700 W, 59 C") in status.render(result)
+    assert not [c for c in result["checks"] if c["what"] == "gpu"]
+    # nvidia-smi's failure where the query should be: said, and the GPU shown without figures
+    probes["lab-worker1"]["gpu"]["query"] = (REPO / "tests" / "fixtures" / "gpu" /
+                                             "nvidia_smi_fail_no_devices_were_found.txt").read_text()
+    result = judged(cluster, probes)
+    assert [(c["severity"], c["message"][:58]) for c in result["checks"] if c["what"] == "gpu"] == [
+        ("WARN", "lab-worker1: the GPUs' figures: nvidia-smi answered no CSV")]
+    assert result["nodes"][1]["gpus"][0]["telemetry"] is None
+    assert "00000000:00:09.0 healthy\n" in status.render(result) + "\n"
+
+
+def test_a_gb10_shows_the_nodes_memory_as_its_own():
+    telemetry = REPO / "tests" / "fixtures" / "gpu-telemetry"
+    probe = {"query": (telemetry / "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_drv580.173.02_mem_NA_util_power_temp_"
+                                    "header_units.txt").read_text(),
+             "meminfo": open("/proc/meminfo", encoding="ascii").read()}
+    checks = []
+    (figures,) = status.telemetry_by_index("spark-a", probe, lambda *c: checks.append(c)).values()
+    assert not checks and figures["memory_unified"]
+    line = status.figures(figures)
+    assert line.startswith(", memory (unified) ") and line.endswith(", busy 0 %, 11.17 W, 35 C"), line

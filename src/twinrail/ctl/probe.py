@@ -14,12 +14,14 @@ import base64
 import json
 import shlex
 
+from twinrail.guard.gpu import QUERY as GPU_QUERY
+
 from .inventory import Cluster, Node
 
 PROBE = r'''
 import json, os, ssl, subprocess, sys, time, urllib.error, urllib.request
 guard_port, llama_port, proxy_port, record_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-prometheus_port = int(sys.argv[5])
+prometheus_port, gpu_query = int(sys.argv[5]), sys.argv[6]
 
 def run(*argv):
     try:
@@ -78,6 +80,9 @@ if smi:  # the GPUs' health (nvidia-smi -q) and the kernel's Xid lines about the
                       "loaded": os.path.exists("/proc/driver/nvidia/version")}
     except (OSError, subprocess.SubprocessError) as e:
         out["gpu"] = {"rc": None, "detail": "", "stderr": str(e), "loaded": False}
+    # each GPU's figures, the telemetry's own query (twinrail.guard.gpu), and the node's memory (a GB10's)
+    out["gpu"]["query"] = run(smi, "--query-gpu=" + gpu_query, "--format=csv")
+    out["gpu"]["meminfo"] = run("cat", "/proc/meminfo")
     out["gpu"]["xid"] = "\n".join([line for line in run("journalctl", "-k", "-b", "--no-pager", "-o", "short-iso")
                                      .splitlines() if "NVRM: Xid" in line][-50:])
 print(json.dumps(out))
@@ -90,7 +95,7 @@ def command(cluster: Cluster, node: Node) -> str:
     s = cluster.settings
     args = " ".join(shlex.quote(str(a)) for a in (s["inference_service_guard_port"], s["inference_service_listen_port"],
                                                    s["inference_service_proxy_port"], s["system_backup_record_dir"],
-                                                   s["monitoring_prometheus_port"]))
+                                                   s["monitoring_prometheus_port"], ",".join(GPU_QUERY)))
     sudo = "sudo -n " if node.become else ""
     return f"echo {payload} | base64 -d | {sudo}python3 - {args}"
 

@@ -11,6 +11,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from twinrail.guard import gpu as gpu_telemetry
+from twinrail.guard.memory import parse_meminfo
 from twinrail.guard.transport import parse_log, server_problem
 
 from ..loader import module_utils
@@ -254,8 +256,42 @@ def gpus(name: str, probe: dict, check) -> list[dict]:
         check("ERR", name, "gpu", sentence)
     for sentence in warned:
         check("WARN", name, "gpu", sentence)
+    figures = telemetry_by_index(name, probe, check)
     return [{"index": g["index"], "name": g["name"], "bus_id": g["bus_id"],
-             "well": not any(f"GPU {g['index']} (" in s for s in refused)} for g in detail["gpus"]]
+             "well": not any(f"GPU {g['index']} (" in s for s in refused),
+             "telemetry": figures.get(str(g["index"]))} for g in detail["gpus"]]
+
+
+def telemetry_by_index(name: str, probe: dict, check) -> dict:
+    """Each GPU's figures by its index, read as the telemetry reads them
+    (twinrail.guard.gpu: nvidia-smi's CSV query; a GB10's memory the
+    node's); WARN, and no figures, when the query's answer is not its CSV."""
+    if not probe.get("query"):
+        return {}
+    try:
+        rows = gpu_telemetry.parse_query(probe["query"])
+    except gpu_telemetry.QueryError as exc:
+        check("WARN", name, "gpu", f"{name}: the GPUs' figures: {exc}")
+        return {}
+    meminfo = parse_meminfo(probe.get("meminfo") or "")
+    return {g["gpu"]: {k: v for k, v in g.items() if k not in ("gpu", "bus_id", "name")}
+            for g in gpu_telemetry.telemetry(rows, meminfo or None)}
+
+
+def figures(telemetry: dict | None) -> str:
+    """A GPU's figures on one line: what was not read is unknown."""
+    if not telemetry:
+        return ""
+
+    def num(value, scale: float = 1.0, form: str = "g") -> str:
+        return _shown(None if value is None else format(value / scale, form))
+
+    t = telemetry
+    memory = (f"memory {'(unified) ' if t['memory_unified'] else ''}{num(t['memory_used_bytes'], 2**30, '.1f')} of "
+              f"{num(t['memory_total_bytes'], 2**30, '.1f')} GiB")
+    limit = f" of {num(t['power_limit_watts'])} W" if t["power_limit_watts"] is not None else ""
+    return (f", {memory}, busy {num(t['utilization_ratio'], 0.01, '.0f')} %, {num(t['power_watts'])} W{limit}, "
+            f"{num(t['temperature_celsius'])} C")
 
 
 def _shown(value, unknown: str = "unknown") -> str:
@@ -285,7 +321,7 @@ def render(status: dict) -> str:
             lines.append(f"    {unit['unit']:<38} {unit['active']}{since}{restarts}")
         for gpu in node.get("gpus") or []:
             lines.append(f"    GPU {gpu['index']:<3} {gpu['name']:<34} {gpu['bus_id']:<16} "
-                         f"{'healthy' if gpu['well'] else 'SICK (see above)'}")
+                         f"{'healthy' if gpu['well'] else 'SICK (see above)'}{figures(gpu.get('telemetry'))}")
         for rail in node["rails"]:
             speed = f"{rail['speed_mbps'] / 1000:g} Gb/s" if rail["speed_mbps"] and rail["speed_mbps"] > 0 else "speed n/a"
             extra = f", transport {rail['transport']}" if rail["transport"] else ""

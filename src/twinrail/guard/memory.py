@@ -9,12 +9,18 @@ def _read(path: str) -> str:
         return handle.read().strip()
 
 
-def _meminfo(proc: str) -> dict[str, int]:
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo's fields, in bytes."""
     values = {}
-    for line in _read(os.path.join(proc, "meminfo")).splitlines():
+    for line in text.splitlines():
         key, _, rest = line.partition(":")
-        values[key] = int(rest.split()[0]) * 1024
+        if rest.split():
+            values[key] = int(rest.split()[0]) * 1024
     return values
+
+
+def _meminfo(proc: str) -> dict[str, int]:
+    return parse_meminfo(_read(os.path.join(proc, "meminfo")))
 
 
 def node_memory(cgroup_root: str = "/sys/fs/cgroup", proc: str = "/proc") -> dict:
