@@ -75,6 +75,7 @@ import os
 
 from ansible.module_utils.acceptance_checks import baseline_drops, baseline_notice, floors_set
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.acceptance_energy import sentence
 
 
 def markdown(results: dict, context: dict) -> str:
@@ -111,7 +112,8 @@ def markdown(results: dict, context: dict) -> str:
                   f"- {soak.get('requests')} requests, {soak.get('errors')} failed",
                   f"- tokens/s: {soak.get('first_third_tps')} in the first third, {soak.get('last_third_tps')} in "
                   f"the last ({soak.get('drift_pct')} %)",
-                  f"- memory growth over the run (points): {soak.get('memory_growth_pct')}"]
+                  f"- memory growth over the run (points): {soak.get('memory_growth_pct')}",
+                  f"- {sentence(soak.get('energy'))}"]
     drill = results.get("drill")
     if drill:
         lines += ["", f"## Failover drill ({drill.get('interface')} down on the master, SLA {drill.get('sla_s')} s)", "",

@@ -55,6 +55,12 @@ options:
     description: The guard's status (memory of every node), on the master's loopback.
     type: str
     required: true
+  power_url:
+    description: >-
+      Prometheus's instant query of the GPUs' summed power draw (the monitoring stage's twinrail_gpu_power_watts),
+      sampled with the rest; empty, or no answer: energy per token unknown.
+    type: str
+    default: ""
   model:
     description: Model name sent in the requests.
     type: str
@@ -105,10 +111,12 @@ options:
   soak:
     description: >-
       The soak, with seconds (0 for none), concurrency, tokens (per request), window (seconds),
-      max_drift_pct (the drop of tokens/s allowed between its first and last third) and
-      max_memory_growth_pct (points of a node's memory).
+      max_drift_pct (the drop of tokens/s allowed between its first and last third),
+      max_memory_growth_pct (points of a node's memory) and electricity_price (per kWh: the cost of a million
+      tokens; 0 for none).
     type: dict
-    default: {seconds: 600, concurrency: 2, tokens: 64, window: 10, max_drift_pct: 20, max_memory_growth_pct: 2}
+    default: {seconds: 600, concurrency: 2, tokens: 64, window: 10, max_drift_pct: 20, max_memory_growth_pct: 2,
+              electricity_price: 0}
   drill:
     description: Failover drill, with enabled, interface (a rail interface of the master), sla (seconds) and recovery_timeout.
     type: dict
@@ -153,7 +161,10 @@ latency:
   returned: success
   type: list
 soak:
-  description: The soak's figures (requests, errors, tokens/s of its first and last third, drift_pct, memory_growth_pct per node) and its windows.
+  description: >-
+    The soak's figures (requests, errors, tokens/s of its first and last third, drift_pct, memory_growth_pct per
+    node), its windows, and energy (joules_per_token, cost_per_million_tokens, the GPUs' mean power_w; null
+    figures with unknown saying why where no power was read).
   returned: when the soak ran
   type: dict
 drill:
@@ -161,7 +172,7 @@ drill:
   returned: when the drill ran
   type: dict
 timeline:
-  description: Samples of phase, seconds, tokens/s and memory percent per node.
+  description: Samples of phase, seconds, tokens/s, memory percent per node and the GPUs' power (null where not read).
   returned: success
   type: list
 failures:
@@ -178,6 +189,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
 from ansible.module_utils.acceptance_client import Client, Sampler, filler
+from ansible.module_utils.acceptance_energy import energy
 from ansible.module_utils.acceptance_latency import (level_row, ramp_failures, soak_summary, soak_failures,
                                                      soak_windows, drill_failures)
 from ansible.module_utils.acceptance_load import shared, timed, together, until
@@ -253,13 +265,15 @@ def soak(client, body, spec, sampler):
     summary = soak_summary(windows, median_memory(first), median_memory(last))
     summary.update(duration_s=seconds, window_s=window, concurrency=concurrency, series=windows,
                    errors_seen=sorted({o["error"] for o in outcomes if o["error"]})[:3])
+    summary["energy"] = energy([s.get("power_w") for s in samples], summary["tokens"], summary["seconds"],
+                               float(spec.get("electricity_price") or 0))
     return summary
 
 
 def run(module):
     p = module.params
     client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"])
-    sampler = Sampler(p["status_url"], p["sample_interval"])
+    sampler = Sampler(p["status_url"], p["sample_interval"], p["power_url"])
     sampler.start()
     failures = []
     seed = int(time.time())
@@ -423,6 +437,7 @@ def main():
             "password": {"type": "str", "required": True, "no_log": True},
             "validate_certs": {"type": "bool", "default": True},
             "status_url": {"type": "str", "required": True},
+            "power_url": {"type": "str", "default": ""},
             "model": {"type": "str", "required": True},
             "prompts": {"type": "list", "elements": "dict", "required": True},
             "decode_tokens": {"type": "int", "default": 128},
@@ -436,7 +451,8 @@ def main():
             "ramp": {"type": "dict", "default": {"levels": [1, 2, 4, 8], "requests": 16, "tokens": 64,
                                                  "max_ttft_p95_s": 0}},
             "soak": {"type": "dict", "default": {"seconds": 600, "concurrency": 2, "tokens": 64, "window": 10,
-                                                 "max_drift_pct": 20, "max_memory_growth_pct": 2}},
+                                                 "max_drift_pct": 20, "max_memory_growth_pct": 2,
+                                                 "electricity_price": 0}},
             "drill": {"type": "dict", "default": {"enabled": False}},
             "timeout": {"type": "int", "default": 900},
         },

@@ -88,11 +88,12 @@ class Client:
 
 
 class Sampler(threading.Thread):
-    """Tokens/s and the memory of every node, every interval, while a phase runs."""
+    """Tokens/s, the memory of every node and the GPUs' power, every
+    interval, while a phase runs."""
 
-    def __init__(self, status_url, interval):
+    def __init__(self, status_url, interval, power_url=""):
         super().__init__(daemon=True)
-        self.status_url, self.interval = status_url, interval
+        self.status_url, self.interval, self.power_url = status_url, interval, power_url
         self.tokens = 0
         self.lock = threading.Lock()
         self.samples = []
@@ -113,6 +114,18 @@ class Sampler(threading.Thread):
             nodes = {}
         return tuple({host: mem[key] for host, mem in nodes.items()} for key in ("percent", "used", "total"))
 
+    def power(self):
+        """The GPUs' power draw now, watts (Prometheus's answer to its sum
+        query), None when none is read or Prometheus does not answer."""
+        if not self.power_url:
+            return None
+        try:
+            with urllib.request.urlopen(self.power_url, timeout=2) as response:
+                result = json.loads(response.read()).get("data", {}).get("result") or []
+            return float(result[0]["value"][1]) if result else None
+        except (OSError, ValueError, KeyError, IndexError):
+            return None
+
     def run(self):
         last_tokens, last_time = 0, time.monotonic()
         while not self.stop.wait(self.interval):
@@ -122,5 +135,5 @@ class Sampler(threading.Thread):
             pct, used, _ = self.memory()
             self.samples.append({"phase": self.phase, "t": round(now - self.started, 2),
                                  "tokens_per_s": round((tokens - last_tokens) / max(now - last_time, 1e-6), 1),
-                                 "memory_pct": pct, "memory_used": used})
+                                 "memory_pct": pct, "memory_used": used, "power_w": self.power()})
             last_tokens, last_time = tokens, now

@@ -95,6 +95,9 @@ def test_the_latency_ramp_and_the_soak(report):
     markdown = (REPORTS / report["context"]["run"] / "acceptance.md").read_text()
     assert "## Latency by concurrency" in markdown and "| 8 | 8 | 0 | " in markdown
     assert "## Soak (30 s, 2 streams, 10 s windows)" in markdown
+    # the lab's CPU nodes read no GPU power: energy per token unknown, with why, never a zero
+    assert soak["energy"]["joules_per_token"] is None and soak["energy"]["power_w"] is None, soak["energy"]
+    assert "- energy per token: unknown: no GPU power was read during the soak" in markdown
     print("acceptance ramp: " + "; ".join(f"x{r['concurrency']} first token p50 {r['ttft_p50_s']} s p95 "
                                           f"{r['ttft_p95_s']} s, {r['aggregate_tps']} tokens/s" for r in rows)
           + f"; soak {soak['requests']} requests, {soak['first_third_tps']} -> {soak['last_third_tps']} tokens/s")
