@@ -23,6 +23,8 @@ description:
   - "C(twinrail_host_values): Each host's ``name`` from hostvars, None where it sets none (Jinja's map(attribute=..., default=...) raises on a host's missing variable)."
   - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime_build.py)."
   - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."
+  - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime_build.py)."
+  - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/ (module_utils/runtime_build.py)."
 """
 
 
@@ -67,6 +69,11 @@ def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
     return bool(wanted) and (installed is None or not set(wanted) <= set(installed))
 
 
+def runtime_shipped(needed) -> list:
+    """Of the binaries' NEEDED libraries, those the release ships in lib/ (module_utils/runtime_build.py)."""
+    return module_utils("runtime_build").shipped(list(needed or []))
+
+
 def host_values(hosts: list[str], hostvars, name: str) -> dict:
     """Each host's ``name`` from hostvars, None where it sets none (Jinja's
     map(attribute=..., default=...) raises on a host's missing variable)."""
@@ -77,18 +84,27 @@ def host_values(hosts: list[str], hostvars, name: str) -> dict:
     return out
 
 
-def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None) -> dict:
+def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None,
+                  cublas="static") -> dict:
     """The runtime build's CMake definitions (module_utils/runtime_build.py)."""
     truthy = module_utils("stage_settings").truthy
-    return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
-                                                           truthy(rdma), cuda_root, dict(extra or {}))
+    try:
+        return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
+                                                               truthy(rdma), cuda_root, dict(extra or {}), cublas)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"runtime: {exc}") from exc
 
 
-def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma) -> list:
+def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma, cublas="static") -> list:
     """The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."""
     truthy = module_utils("stage_settings").truthy
     return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), truthy(cuda),
-                                                        truthy(rdma))
+                                                        truthy(rdma), cublas)
+
+
+def runtime_runpaths(cuda, cublas="static") -> list:
+    """The RUNPATH entries the runtime's link gate accepts (module_utils/runtime_build.py)."""
+    return module_utils("runtime_build").runpaths(module_utils("stage_settings").truthy(cuda), cublas)
 
 
 class FilterModule:  # pylint: disable=too-few-public-methods
@@ -103,4 +119,6 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_host_values": host_values,
             "twinrail_runtime_cmake": runtime_cmake,
             "twinrail_runtime_link_allowlist": runtime_link_allowlist,
+            "twinrail_runtime_runpaths": runtime_runpaths,
+            "twinrail_runtime_shipped": runtime_shipped,
         }

@@ -24,7 +24,12 @@ options:
     elements: path
     required: true
   allowlist:
-    description: Shared libraries that may stay dynamic (e.g. libibverbs.so.1 for RDMA builds).
+    description: Shared libraries that may stay dynamic (e.g. libibverbs.so.1 for RDMA builds); an entry may be a pattern (libcublas.so.*).
+    type: list
+    elements: str
+    default: []
+  runpaths:
+    description: The RUNPATH entries a binary may carry ($ORIGIN/../lib where the release ships cuBLAS); any other is refused.
     type: list
     elements: str
     default: []
@@ -60,6 +65,7 @@ def main() -> None:
         argument_spec={
             "binaries": {"type": "list", "elements": "path", "required": True},
             "allowlist": {"type": "list", "elements": "str", "default": []},
+            "runpaths": {"type": "list", "elements": "str", "default": []},
             "host": {"type": "str", "required": True},
         },
         supports_check_mode=True,
@@ -76,15 +82,21 @@ def main() -> None:
         if rc != 0:
             module.fail_json(msg=f"runtime: {host}: file {path}: {err.strip()}")
         results.append(verdict(os.path.basename(path), dyn, fout,
-                               module.params["allowlist"]))
+                               module.params["allowlist"], module.params["runpaths"]))
     bad = [r for r in results if not r["passed"]]
     outcome = {"changed": False, "binaries": results,
                "static": all(r["static"] for r in results)}
-    if bad:
-        listing = "; ".join(f"{r['binary']} needs {', '.join(r['offending'])}" for r in bad)
+    needs = [r for r in bad if r["offending"]]
+    if needs:
+        listing = "; ".join(f"{r['binary']} needs {', '.join(r['offending'])}" for r in needs)
         module.fail_json(msg=f"runtime: {host}: not statically linked: {listing} "
                              f"(allowed dynamic: {module.params['allowlist'] or 'none'})",
                          **outcome)
+    if bad:
+        listing = "; ".join(f"{r['binary']} searches {', '.join(r['offending_runpath'])}" for r in bad)
+        module.fail_json(msg=f"runtime: {host}: a RUNPATH that does not ship: {listing} (a build-tree or toolkit "
+                             f"path: the binary would load what the build machine had; allowed: "
+                             f"{', '.join(module.params['runpaths']) or 'none'})", **outcome)
     module.exit_json(**outcome)
 
 

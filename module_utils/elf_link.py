@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
+# RUNPATH (or the older RPATH): colon-separated directories the loader searches first
+_RUNPATH = re.compile(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]")
 
 
 def needed_libraries(readelf_dynamic: str) -> list[str]:
     """The NEEDED entries of `readelf -d` (empty for a static executable)."""
     return _NEEDED.findall(readelf_dynamic)
+
+
+def runpath(readelf_dynamic: str) -> list[str]:
+    """The RUNPATH (or RPATH) entries of `readelf -d`, in order."""
+    return [entry for found in _RUNPATH.findall(readelf_dynamic) for entry in found.split(":") if entry]
 
 
 def has_dynamic_section(readelf_dynamic: str) -> bool:
@@ -22,10 +30,16 @@ def file_says_static(file_output: str) -> bool:
     return bool(re.search(r"\bstatic(ally|-pie)? linked\b", file_output))
 
 
-def verdict(name: str, readelf_dynamic: str, file_output: str, allowlist: list[str]) -> dict:
+def verdict(name: str, readelf_dynamic: str, file_output: str, allowlist: list[str],
+            runpaths: list[str] | None = None) -> dict:
+    """Whether the binary needs only allowed libraries (an allowlist entry
+    may be a pattern: libcublas.so.*) and searches no directory but the
+    allowed RUNPATHs (a build-tree path left in what ships is offending)."""
     needed = needed_libraries(readelf_dynamic)
-    offending = [lib for lib in needed if lib not in allowlist]
+    offending = [lib for lib in needed if not any(fnmatch.fnmatchcase(lib, allowed) for allowed in allowlist)]
+    paths = runpath(readelf_dynamic)
+    stray = [path for path in paths if path not in (runpaths or [])]
     static = not has_dynamic_section(readelf_dynamic) or (not needed and
                                                           file_says_static(file_output))
-    return {"binary": name, "static": static, "needed": needed, "offending": offending,
-            "file": file_output.strip(), "passed": not offending}
+    return {"binary": name, "static": static, "needed": needed, "offending": offending, "runpath": paths,
+            "offending_runpath": stray, "file": file_output.strip(), "passed": not offending and not stray}

@@ -11,14 +11,28 @@ What cannot be static:
   and with it glibc;
 - CUDA: the driver's library (libcuda.so.1) comes with the kernel module
   it must match, so it stays dynamic, and with it glibc. The CUDA runtime
-  and cuBLAS are the toolkit's, not the node's: they are linked from the
-  toolkit's static archives (libcudart_static.a, libcublas_static.a,
-  libcublasLt_static.a), named to CMake's FindCUDAToolkit through its own
-  cache variables, so a node needs the driver and nothing of the toolkit.
+  and cuBLAS are the toolkit's, not the node's. The runtime is linked from
+  libcudart_static.a (every toolkit has it). cuBLAS (runtime_build_cublas):
+  static, from libcublas_static.a and libcublasLt_static.a, where the
+  toolkit has the archives (a full CUDA toolkit, DGX OS's /usr/local/cuda);
+  shared where it has only libcublas.so.N and libcublasLt.so.N (the CUDA
+  toolkit's packages on the Python package index): then those libraries
+  are shipped in the release's lib/ beside bin/, found through the
+  binaries' RUNPATH $ORIGIN/../lib and hashed with them, so a node still
+  needs the driver and nothing of the toolkit. The archives and libraries
+  are named to CMake's FindCUDAToolkit through its own cache variables.
   libstdc++ and libgcc go in statically (-static-libstdc++ -static-libgcc).
+- VMM (GGML_CUDA_NO_VMM) stays on, llama.cpp's default: its CUDA memory
+  pool maps physical memory into one reserved range as it grows (no
+  fragmentation, no copy), through the driver's API, which libcuda.so.1
+  already brings; off would only spare a library the node has anyway.
+No RUNPATH other than the shipped one: a build-tree path (the toolkit's
+stubs, the build directory) in what ships is refused by the link gate.
 Pure Python."""
 
 from __future__ import annotations
+
+import fnmatch
 
 # glibc's libraries a dynamic executable needs (ld.so by architecture)
 GLIBC = ("libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1")
@@ -27,6 +41,12 @@ CUDA_DRIVER = ("libcuda.so.1",)
 # FindCUDAToolkit's cache variables and the toolkit's static archive for each
 CUDA_STATIC = {"CUDA_cudart_LIBRARY": "libcudart_static.a", "CUDA_cublas_LIBRARY": "libcublas_static.a",
                "CUDA_cublasLt_LIBRARY": "libcublasLt_static.a"}
+# runtime_build_cublas: where cuBLAS comes from
+CUBLAS_MODES = ("static", "shared")
+# shared: the libraries shipped in the release's lib/ (any soname version), and
+# the one RUNPATH that finds them
+CUBLAS_SHARED = ("libcublas.so.*", "libcublasLt.so.*")
+SHIPPED_RUNPATH = "$ORIGIN/../lib"
 
 
 def fully_static(cuda: bool, rdma: bool) -> bool:
@@ -35,8 +55,10 @@ def fully_static(cuda: bool, rdma: bool) -> bool:
 
 
 def cmake_definitions(isa_flags: list, cuda: bool, cuda_archs: str, rdma: bool, cuda_root: str = "/usr/local/cuda",
-                      extra: dict | None = None) -> dict:
+                      extra: dict | None = None, cublas: str = "static") -> dict:
     """The -D definitions of the build, NAME -> value (strings)."""
+    if cublas not in CUBLAS_MODES:
+        raise ValueError(f"runtime_build_cublas: expected one of {', '.join(CUBLAS_MODES)}, got {cublas!r}")
     flags = " ".join(isa_flags or [])
     out = {"CMAKE_BUILD_TYPE": "Release", "BUILD_SHARED_LIBS": "OFF", "GGML_RPC": "ON", "GGML_NATIVE": "OFF",
            "GGML_OPENMP": "OFF", "LLAMA_OPENSSL": "OFF", "LLAMA_CURL": "OFF", "LLAMA_BUILD_TESTS": "OFF",
@@ -46,18 +68,37 @@ def cmake_definitions(isa_flags: list, cuda: bool, cuda_archs: str, rdma: bool, 
     if cuda:
         out["CMAKE_CUDA_ARCHITECTURES"] = str(cuda_archs)
         libdir = f"{str(cuda_root).rstrip('/')}/lib64"
-        out.update({name: f"{libdir}/{archive}" for name, archive in CUDA_STATIC.items()})
+        archives = CUDA_STATIC if cublas == "static" else {"CUDA_cudart_LIBRARY": CUDA_STATIC["CUDA_cudart_LIBRARY"]}
+        out.update({name: f"{libdir}/{archive}" for name, archive in archives.items()})
     out["CMAKE_EXE_LINKER_FLAGS"] = "-static" if fully_static(cuda, rdma) else "-static-libstdc++ -static-libgcc"
+    if cuda and cublas == "shared":
+        # the binaries find the shipped cuBLAS beside them, wherever the release lies; no build-tree path
+        out.update({"CMAKE_BUILD_WITH_INSTALL_RPATH": "ON", "CMAKE_INSTALL_RPATH": SHIPPED_RUNPATH,
+                    "CMAKE_EXE_LINKER_FLAGS": out["CMAKE_EXE_LINKER_FLAGS"] + " -Wl,--enable-new-dtags"})
     out.update({str(k): str(v) for k, v in (extra or {}).items()})
     return out
 
 
-def link_allowlist(base: list, rdma_allowlist: list, cuda: bool, rdma: bool) -> list:
+def link_allowlist(base: list, rdma_allowlist: list, cuda: bool, rdma: bool, cublas: str = "static") -> list:
     """The shared libraries the link gate accepts: the site's own, RDMA's
-    (libibverbs and glibc), CUDA's (the driver's library and glibc)."""
+    (libibverbs and glibc), CUDA's (the driver's library and glibc; with
+    shared cuBLAS its libraries, any version: shipped in the release)."""
     out = list(base or [])
     if rdma:
         out += [lib for lib in rdma_allowlist or [] if lib not in out]
     if cuda:
         out += [lib for lib in CUDA_DRIVER + GLIBC if lib not in out]
+        if cublas == "shared":
+            out += [lib for lib in CUBLAS_SHARED if lib not in out]
     return out
+
+
+def runpaths(cuda: bool, cublas: str = "static") -> list:
+    """The RUNPATH entries the link gate accepts: the shipped libraries'
+    only ($ORIGIN/../lib) with shared cuBLAS, none otherwise."""
+    return [SHIPPED_RUNPATH] if cuda and cublas == "shared" else []
+
+
+def shipped(needed: list) -> list:
+    """Of a binary's NEEDED libraries, those the release ships in lib/."""
+    return sorted({lib for lib in needed if any(fnmatch.fnmatch(lib, pattern) for pattern in CUBLAS_SHARED)})

@@ -45,3 +45,25 @@ def test_dynamic_executable_lists_its_libraries(binaries):
     assert result["offending"] == result["needed"]
     allowed = verdict("dynamic", dyn, fout, needed_libraries(dyn))
     assert allowed["passed"] and allowed["offending"] == [] and not allowed["static"]
+
+
+def test_a_runpath_outside_the_release_is_refused_and_origin_lib_allowed(tmp_path):
+    """Executables linked here with the RUNPATH a release ships
+    ($ORIGIN/../lib) and with a build machine's path (a toolkit's stubs)."""
+    src = tmp_path / "hello.c"
+    src.write_text('#include <math.h>\n#include <stdio.h>\nint main(int c, char **v) { printf("%f\\n", sqrt(c)); }\n')
+    shipped, stray = tmp_path / "shipped", tmp_path / "stray"
+    subprocess.run(["gcc", "-o", str(shipped), str(src), "-lm", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../lib"],
+                   check=True)
+    subprocess.run(["gcc", "-o", str(stray), str(src), "-lm", "-Wl,--enable-new-dtags",
+                    f"-Wl,-rpath,$ORIGIN/../lib:{tmp_path}/cuda/lib64/stubs"], check=True)
+    allow = ["libc.so.6", "libm.so.*"]  # a pattern, as shared cuBLAS's are
+    good = verdict("shipped", *inspect(shipped), allow, ["$ORIGIN/../lib"])
+    assert good["passed"] and good["runpath"] == ["$ORIGIN/../lib"] and good["offending"] == []
+    bad = verdict("stray", *inspect(stray), allow, ["$ORIGIN/../lib"])
+    assert not bad["passed"] and bad["offending_runpath"] == [f"{tmp_path}/cuda/lib64/stubs"]
+    # no RUNPATH allowed (a static-cuBLAS build): even $ORIGIN/../lib is refused
+    assert verdict("shipped", *inspect(shipped), allow)["offending_runpath"] == ["$ORIGIN/../lib"]
+    # a pattern allows its versions, not another library
+    assert verdict("shipped", *inspect(shipped), ["libc.so.6", "libm.so.5*"], ["$ORIGIN/../lib"])["offending"] == [
+        "libm.so.6"]

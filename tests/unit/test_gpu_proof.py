@@ -15,7 +15,8 @@ import tarfile
 import pytest
 from conftest import REPO
 
-from runtime_build import CUDA_DRIVER, GLIBC, cmake_definitions, fully_static, link_allowlist
+from runtime_build import (CUDA_DRIVER, GLIBC, SHIPPED_RUNPATH, cmake_definitions, fully_static, link_allowlist,
+                           runpaths, shipped)
 
 sys.path.insert(0, str(REPO / "tools"))
 import gpu_proof  # noqa: E402  pylint: disable=wrong-import-position
@@ -42,6 +43,29 @@ def test_only_the_driver_library_and_glibc_stay_dynamic_in_a_cuda_build():
     assert set(both) == set(RDMA_ALLOW) | {"libcuda.so.1"} and len(both) == len(set(both))
     assert not {"libstdc++.so.6", "libgcc_s.so.1", "libcudart.so.12", "libcublas.so.12"} & set(both)
     assert cmake_definitions([], False, "", False, extra={"LLAMA_BUILD_COMMIT": 7})["LLAMA_BUILD_COMMIT"] == "7"
+
+
+def test_shared_cublas_ships_beside_the_binaries_found_through_origin():
+    """A toolkit with only libcublas.so.N (the pip packages): the CUDA runtime
+    still static, cuBLAS left to the linker's search and shipped, the
+    binaries' only RUNPATH $ORIGIN/../lib, set at link time (no build-tree
+    path), the link gate allowing cuBLAS's libraries of any version."""
+    shared = cmake_definitions([], True, "121", False, "/opt/ctk", cublas="shared")
+    assert shared["CUDA_cudart_LIBRARY"] == "/opt/ctk/lib64/libcudart_static.a"
+    assert "CUDA_cublas_LIBRARY" not in shared and "CUDA_cublasLt_LIBRARY" not in shared
+    assert shared["CMAKE_INSTALL_RPATH"] == "$ORIGIN/../lib" and shared["CMAKE_BUILD_WITH_INSTALL_RPATH"] == "ON"
+    assert shared["CMAKE_EXE_LINKER_FLAGS"].endswith("-Wl,--enable-new-dtags")
+    static = cmake_definitions([], True, "121", False, "/opt/ctk")
+    assert static["CUDA_cublas_LIBRARY"] == "/opt/ctk/lib64/libcublas_static.a" and "CMAKE_INSTALL_RPATH" not in static
+    assert runpaths(True, "shared") == [SHIPPED_RUNPATH] and runpaths(True, "static") == [] == runpaths(False, "shared")
+    allowed = link_allowlist([], RDMA_ALLOW, True, False, "shared")
+    assert allowed == list(CUDA_DRIVER + GLIBC) + ["libcublas.so.*", "libcublasLt.so.*"]
+    assert link_allowlist([], RDMA_ALLOW, False, False, "shared") == []
+    # the issue's measured NEEDED of a server linked against the pip toolkit
+    assert shipped(["libcublas.so.13", "libcuda.so.1", "libm.so.6", "libcublasLt.so.13"]) == [
+        "libcublas.so.13", "libcublasLt.so.13"]
+    with pytest.raises(ValueError, match="runtime_build_cublas: expected one of static, shared, got 'dynamic'"):
+        cmake_definitions([], True, "121", False, cublas="dynamic")
 
 
 def test_the_helpers_load_on_a_machine_without_ansible():
