@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof day2-samples clean
+        molecule test-scale bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -118,6 +118,18 @@ day2-samples: venv
 gpu-proof: venv bundle
 	$(BIN)/python tools/gpu_proof.py prepare
 	$(BIN)/python tools/gpu_proof.py run
+
+# The runtime stage's CUDA build compiled, linked and checked without a GPU
+# (tools/cuda_check.py): the toolkit assembled from pinned packages of the
+# Python package index, the stage's own build script for each CUDA profile's
+# architectures (PROFILES; ccache kept between runs), NEEDED and RUNPATH
+# against the link gate, the device code's sm against the profile, and the
+# binary refusing without a driver. Not in `make test`: a first build takes
+# tens of minutes on two cores (docs/benchmarks.md).
+CUDA_PROFILES ?= dgx-spark gpu-server
+cuda-check: venv bundle
+	@command -v ccache >/dev/null || [ "$$(id -u)" != 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q ccache
+	$(BIN)/python tools/cuda_check.py $(foreach p,$(CUDA_PROFILES),--profile $(p))
 
 # what distribution and the proxies cost per token (tools/bench_split.py):
 # llama-bench alone, llama-server with the cluster's --rpc layout, through

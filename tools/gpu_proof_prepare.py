@@ -109,30 +109,24 @@ def derive_model(source: Path, out: Path, layers: int) -> dict:
             "architecture": arch, "figures": figures}
 
 
-def render_scripts(out: Path) -> dict:
+def render_build_scripts(builds: dict, root: Path, ccache: bool = False, jobs: str = "@JOBS@",
+                         version: str = "llama-cpp-python 0.3.36 (trimmed for make gpu-proof)") -> None:
     """The runtime stage's build script, rendered by Ansible from the role's
-    template with the stage's definitions, for a CPU and a CUDA build
-    (architecture and toolkit filled in where the GPU is found)."""
-    rt = module_utils("runtime_build")
-    variants = {}
-    for name, cuda in (("cpu", False), ("cuda", True)):
-        variants[name] = {
-            "cuda": cuda,
-            "cmake": rt.cmake_definitions([PLACEHOLDERS[2]], cuda, PLACEHOLDERS[0], False, PLACEHOLDERS[1]),
-        }
+    template, for each build: {build id: (where the script goes, its CMake
+    definitions)}, building under root/<build id>/ from the archive's subdir."""
     play = [{
         "hosts": "localhost", "connection": "local", "gather_facts": False,
         "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                 "runtime_build_version": "llama-cpp-python 0.3.36 (trimmed for make gpu-proof)",
-                 "runtime_build_root": str(WORK), "runtime_build_source": "archive",
-                 "runtime_build_archive_subdir": SUBDIR, "runtime_build_ccache": False,
-                 "runtime_build_jobs": "@JOBS@",
+                 "runtime_build_version": version,
+                 "runtime_build_root": str(root), "runtime_build_source": "archive",
+                 "runtime_build_archive_subdir": SUBDIR, "runtime_build_ccache": ccache,
+                 "runtime_build_ccache_max_size": "20G", "runtime_build_jobs": jobs,
                  "runtime_build_targets": ["llama-server", "ggml-rpc-server", "llama-bench"]},
-        "tasks": [{"name": f"Render the {name} build script", "ansible.builtin.template": {
+        "tasks": [{"name": f"Render the {build_id} build script", "ansible.builtin.template": {
             "src": str(REPO / "roles" / "runtime_build" / "templates" / "build.sh.j2"),
-            "dest": str(out / f"build-{name}.sh"), "mode": "0755"},
-            "vars": {"__runtime_build_id": f"build-{name}", "__runtime_build_cmake": spec["cmake"]}}
-            for name, spec in variants.items()],
+            "dest": str(dest), "mode": "0755"},
+            "vars": {"__runtime_build_id": build_id, "__runtime_build_cmake": cmake}}
+            for build_id, (dest, cmake) in builds.items()],
     }]
     with tempfile.TemporaryDirectory() as tmp:
         book = Path(tmp) / "render.yml"
@@ -142,7 +136,21 @@ def render_scripts(out: Path) -> dict:
         proc = subprocess.run([str(playbook), "-i", "localhost,", str(book)], cwd=REPO, env=env,
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise ProofError(f"prepare: rendering the build script failed: {(proc.stdout + proc.stderr)[-1500:]}")
+            raise ProofError(f"rendering the build script failed: {(proc.stdout + proc.stderr)[-1500:]}")
+
+
+def render_scripts(out: Path) -> dict:
+    """The runtime stage's build script for a CPU and a CUDA build
+    (architecture and toolkit filled in where the GPU is found)."""
+    rt = module_utils("runtime_build")
+    variants = {name: {"cuda": cuda, "cmake": rt.cmake_definitions([PLACEHOLDERS[2]], cuda, PLACEHOLDERS[0], False,
+                                                                    PLACEHOLDERS[1])}
+                for name, cuda in (("cpu", False), ("cuda", True))}
+    try:
+        render_build_scripts({f"build-{name}": (out / f"build-{name}.sh", spec["cmake"])
+                              for name, spec in variants.items()}, WORK)
+    except ProofError as exc:
+        raise ProofError(f"prepare: {exc}") from None
     return {name: {"cuda": spec["cuda"], "cmake": spec["cmake"]} for name, spec in variants.items()}
 
 
