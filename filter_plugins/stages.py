@@ -24,7 +24,7 @@ description:
   - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime_build.py)."
   - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."
   - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime_build.py)."
-  - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/ (module_utils/runtime_build.py)."
+  - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same (module_utils/runtime_build.py)."
 """
 
 
@@ -69,9 +69,10 @@ def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
     return bool(wanted) and (installed is None or not set(wanted) <= set(installed))
 
 
-def runtime_shipped(needed) -> list:
-    """Of the binaries' NEEDED libraries, those the release ships in lib/ (module_utils/runtime_build.py)."""
-    return module_utils("runtime_build").shipped(list(needed or []))
+def runtime_shipped(needed, dynamic=None) -> list:
+    """Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same
+    (``dynamic``: each one's `readelf -d`; module_utils/runtime_build.py)."""
+    return module_utils("runtime_build").shipped(list(needed or []), dict(dynamic or {}))
 
 
 def host_values(hosts: list[str], hostvars, name: str) -> dict:

@@ -224,7 +224,11 @@ def check(profile: str, archs: list[str], bindir: Path, root: Path) -> dict:
         want = sorted(archs)
         if sorted(sm.rstrip("a") for sm in seen["sm"]) != want:
             result["failures"].append(f"{name}: device code for sm {seen['sm']}, the profile's are {want}")
-        for lib in rt.shipped(seen["needed"]):
+        # what the binary needs of the toolkit, and what that needs in turn, as the stage reads it
+        first = rt.shipped(seen["needed"])
+        dynamic = {lib: subprocess.run(["readelf", "-d", str(root / "lib64" / lib)], capture_output=True, text=True,
+                                       check=True).stdout for lib in first}
+        for lib in rt.shipped(seen["needed"], dynamic):
             if lib not in result["shipped"]:
                 (release / "lib").mkdir(exist_ok=True)
                 shutil.copy2((root / "lib64" / lib).resolve(), release / "lib" / lib)

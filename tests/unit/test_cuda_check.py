@@ -4,8 +4,11 @@ toolkit: the profiles it builds and what it refuses."""
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 
 import cuda_check
+from elf_link import needed_libraries, verdict
+from runtime_build import link_allowlist, runpaths, shipped
 
 
 def test_each_cuda_profiles_architectures_are_read_from_the_profile():
@@ -26,3 +29,37 @@ def test_the_pins_are_one_toolkits_set():
     # nvcc, cicc, the runtime, crt and cuobjdump of one release; cuBLAS and CCCL the versions it names
     assert {pins[n] for n in ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-crt",
                               "nvidia-cuda-cuobjdump")} == {cuda_check.TOOLKIT_VERSION}
+
+
+CUDA = FIXTURES / "cuda"
+
+
+def test_the_device_code_of_a_real_build_is_one_arch_specific_sm(tmp_path):
+    """cuobjdump's list of a real sm 121 build, printed by a stand-in that
+    replays it: 144 cubins, every one sm_121a (llama.cpp's name for 121)."""
+    stand_in = tmp_path / "cuobjdump"
+    stand_in.write_text(f"#!/bin/sh\ncat '{CUDA / 'cuobjdump_list_elf_llama-server_sm121.txt'}'\n")
+    stand_in.chmod(0o755)
+    assert cuda_check.elf_archs(stand_in, tmp_path / "llama-server") == ["121a"]
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 'cuobjdump info    : File does not contain device code' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with pytest.raises(cuda_check.CheckError, match="cuobjdump --list-elf llama-server: cuobjdump info"):
+        cuda_check.elf_archs(failing, tmp_path / "llama-server")
+
+
+def test_the_release_ships_cublas_and_what_it_needs_of_the_toolkit():
+    """The real binary needs libcublas.so.13 only; libcublas.so.13 needs
+    libcublasLt.so.13: both ship, the driver's library and glibc do not."""
+    binary = (CUDA / "readelf_d_llama-server_cuda_sm121_cublas_shared.txt").read_text()
+    needed = needed_libraries(binary)
+    dynamic = {"libcublas.so.13": (CUDA / "readelf_d_libcublas.so.13_pip_13.10.0.20.txt").read_text(),
+               "libcublasLt.so.13": (CUDA / "readelf_d_libcublasLt.so.13_pip_13.10.0.20.txt").read_text()}
+    assert shipped(needed) == ["libcublas.so.13"]
+    assert shipped(needed, dynamic) == ["libcublas.so.13", "libcublasLt.so.13"]
+    # and the link gate passes the real binary with shared cuBLAS's allowlist and RUNPATH, refuses it without
+    allow = link_allowlist([], [], True, False, "shared")
+    assert verdict("llama-server", binary, "ELF 64-bit LSB pie executable, dynamically linked", allow,
+                   runpaths(True, "shared"))["passed"]
+    refused = verdict("llama-server", binary, "", link_allowlist([], [], True, False), runpaths(True))
+    assert refused["offending"] == ["libcublas.so.13"] and refused["offending_runpath"] == ["$ORIGIN/../lib"]
