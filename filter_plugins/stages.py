@@ -72,7 +72,9 @@ def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
 def runtime_shipped(needed, dynamic=None) -> list:
     """Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same
     (``dynamic``: each one's `readelf -d`; module_utils/runtime_build.py)."""
-    return module_utils("runtime_build").shipped(list(needed or []), dict(dynamic or {}))
+    read = module_utils("elf_link").needed_libraries
+    return module_utils("runtime_build").shipped(list(needed or []),
+                                                 {lib: read(text) for lib, text in (dynamic or {}).items()})
 
 
 def host_values(hosts: list[str], hostvars, name: str) -> dict:

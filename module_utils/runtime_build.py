@@ -33,7 +33,6 @@ Pure Python."""
 from __future__ import annotations
 
 import fnmatch
-import re
 
 # glibc's libraries a dynamic executable needs (ld.so by architecture)
 GLIBC = ("libc.so.6", "libm.so.6", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1")
@@ -48,8 +47,6 @@ CUBLAS_MODES = ("static", "shared")
 # the one RUNPATH that finds them
 CUBLAS_SHARED = ("libcublas.so.*", "libcublasLt.so.*")
 SHIPPED_RUNPATH = "$ORIGIN/../lib"
-# a NEEDED entry of `readelf -d` (elf_link reads the binaries; this module loads without Ansible)
-_NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 
 
 def fully_static(cuda: bool, rdma: bool) -> bool:
@@ -102,16 +99,16 @@ def runpaths(cuda: bool, cublas: str = "static") -> list:
     return [SHIPPED_RUNPATH] if cuda and cublas == "shared" else []
 
 
-def shipped(needed: list, dynamic: dict | None = None) -> list:
+def shipped(needed: list, needed_of: dict | None = None) -> list:
     """Of a binary's NEEDED libraries, those the release ships in lib/, and
     what they need in turn of the same (libcublas.so.N needs
-    libcublasLt.so.N): ``dynamic`` is `readelf -d` of each shipped library
-    where it was read."""
-    out = {lib for lib in needed if any(fnmatch.fnmatch(lib, pattern) for pattern in CUBLAS_SHARED)}
-    for _ in range(len(dynamic or {}) + 1):
-        more = {lib for text in ((dynamic or {}).get(name, "") for name in out)
-                for lib in _NEEDED.findall(text) if any(fnmatch.fnmatch(lib, p) for p in CUBLAS_SHARED)}
-        if more <= out:
-            break
-        out |= more
+    libcublasLt.so.N): ``needed_of`` is each shipped library's own NEEDED
+    where it was read (elf_link.needed_libraries)."""
+    def ours(libs):
+        return {lib for lib in libs if any(fnmatch.fnmatch(lib, pattern) for pattern in CUBLAS_SHARED)}
+
+    out, todo = set(), ours(needed)
+    while todo - out:
+        out |= todo
+        todo = ours(lib for name in out for lib in (needed_of or {}).get(name, []))
     return sorted(out)

@@ -14,8 +14,8 @@ checked on a machine without a GPU, for each CUDA profile's architectures.
    roles/runtime_build/templates/build.sh.j2 with the stage's definitions,
    module_utils/runtime_build.py) for the profile's CUDA architectures; host
    code for this machine (the device code is what a profile changes); ccache
-   for the C, C++ and CUDA compilers, kept between runs in
-   ~/.cache/twinrail/cuda-check/ccache.
+   for the C, C++ and CUDA compilers, kept between runs where the stage's
+   script keeps it (~/.cache/twinrail/cuda-check/work/ccache).
 3. The checks the stage's gates make: each binary's NEEDED against the link
    gate's allowlist and its RUNPATH (only $ORIGIN/../lib: no build-tree or
    stub path), the release assembled as the stage ships it (bin/, and lib/
@@ -176,8 +176,6 @@ def build(profile: str, archs: list[str], root: Path, jobs: int) -> tuple[Path, 
     script = top / "build.sh"
     render_build_scripts({build_id: (script, cmake)}, work, ccache=bool(shutil.which("ccache")), jobs=str(jobs),
                          version="llama-cpp-python 0.3.36 (make cuda-check)")
-    text = script.read_text().replace("CCACHE_DIR=" + str(work) + "/ccache", "CCACHE_DIR=" + str(CACHE / "ccache"))
-    script.write_text(text)
     log(f"{profile}: building for sm {', '.join(archs)} with {jobs} jobs (log {top / 'build.log'})")
     started = time.monotonic()
     env = dict(os.environ, PATH=f"{root / 'bin'}:{os.environ['PATH']}", CUDA_PATH=str(root))
@@ -226,9 +224,10 @@ def check(profile: str, archs: list[str], bindir: Path, root: Path) -> dict:
             result["failures"].append(f"{name}: device code for sm {seen['sm']}, the profile's are {want}")
         # what the binary needs of the toolkit, and what that needs in turn, as the stage reads it
         first = rt.shipped(seen["needed"])
-        dynamic = {lib: subprocess.run(["readelf", "-d", str(root / "lib64" / lib)], capture_output=True, text=True,
-                                       check=True).stdout for lib in first}
-        for lib in rt.shipped(seen["needed"], dynamic):
+        needed_of = {lib: elf.needed_libraries(subprocess.run(["readelf", "-d", str(root / "lib64" / lib)],
+                                                              capture_output=True, text=True, check=True).stdout)
+                     for lib in first}
+        for lib in rt.shipped(seen["needed"], needed_of):
             if lib not in result["shipped"]:
                 (release / "lib").mkdir(exist_ok=True)
                 shutil.copy2((root / "lib64" / lib).resolve(), release / "lib" / lib)

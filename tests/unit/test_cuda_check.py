@@ -53,10 +53,11 @@ def test_the_release_ships_cublas_and_what_it_needs_of_the_toolkit():
     libcublasLt.so.13: both ship, the driver's library and glibc do not."""
     binary = (CUDA / "readelf_d_llama-server_cuda_sm121_cublas_shared.txt").read_text()
     needed = needed_libraries(binary)
-    dynamic = {"libcublas.so.13": (CUDA / "readelf_d_libcublas.so.13_pip_13.10.0.20.txt").read_text(),
-               "libcublasLt.so.13": (CUDA / "readelf_d_libcublasLt.so.13_pip_13.10.0.20.txt").read_text()}
+    needed_of = {"libcublas.so.13": needed_libraries((CUDA / "readelf_d_libcublas.so.13_pip_13.10.0.20.txt").read_text()),
+                 "libcublasLt.so.13": needed_libraries(
+                     (CUDA / "readelf_d_libcublasLt.so.13_pip_13.10.0.20.txt").read_text())}
     assert shipped(needed) == ["libcublas.so.13"]
-    assert shipped(needed, dynamic) == ["libcublas.so.13", "libcublasLt.so.13"]
+    assert shipped(needed, needed_of) == ["libcublas.so.13", "libcublasLt.so.13"]
     # and the link gate passes the real binary with shared cuBLAS's allowlist and RUNPATH, refuses it without
     allow = link_allowlist([], [], True, False, "shared")
     assert verdict("llama-server", binary, "ELF 64-bit LSB pie executable, dynamically linked", allow,

@@ -14,7 +14,7 @@ import pytest
 from conftest import FIXTURES
 
 from twinrail.guard import gpu
-from twinrail.guard.memory import _meminfo
+from twinrail.guard.memory import read_meminfo
 
 TELEMETRY = FIXTURES / "gpu-telemetry"
 GB10 = "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_drv580.173.02_mem_NA_util_power_temp_header_units.txt"
@@ -61,7 +61,7 @@ def test_two_consumer_gpus_each_read_by_the_headers_order_and_units():
 
 
 def test_a_gb10_reads_the_nodes_memory_as_its_own():
-    meminfo = _meminfo("/proc")
+    meminfo = read_meminfo("/proc")
     (got,) = read(GB10, meminfo)
     assert got["memory_unified"] and got["memory_total_bytes"] == meminfo["MemTotal"]
     assert got["memory_used_bytes"] == meminfo["MemTotal"] - meminfo["MemAvailable"]

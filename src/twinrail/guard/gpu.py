@@ -21,7 +21,7 @@ import re
 import subprocess
 import time
 
-from twinrail.guard.memory import _meminfo
+from twinrail.guard.memory import read_meminfo
 from twinrail.guard.metrics import Exposition
 from twinrail.guard.textfile import write_atomic
 
@@ -148,7 +148,7 @@ def read_gpus(smi: str = "nvidia-smi", proc: str = "/proc") -> tuple[list[dict],
         rows = parse_query(done.stdout)
     except QueryError as exc:
         return [], str(exc)
-    return telemetry(rows, _meminfo(proc)), None
+    return telemetry(rows, read_meminfo(proc)), None
 
 
 def xid_lines() -> int | None:

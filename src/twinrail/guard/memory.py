@@ -19,7 +19,8 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return values
 
 
-def _meminfo(proc: str) -> dict[str, int]:
+def read_meminfo(proc: str = "/proc") -> dict[str, int]:
+    """The node's /proc/meminfo, in bytes."""
     return parse_meminfo(_read(os.path.join(proc, "meminfo")))
 
 
@@ -27,7 +28,7 @@ def node_memory(cgroup_root: str = "/sys/fs/cgroup", proc: str = "/proc") -> dic
     """The node's memory: the smallest cgroup limit above this process's own
     cgroup (a container's), else the machine's. ``used`` leaves out the page
     cache the kernel can drop (inactive files), like the OOM killer does."""
-    info = _meminfo(proc)
+    info = read_meminfo(proc)
     total = info["MemTotal"]
     result = {"total": total, "used": total - info.get("MemAvailable", info.get("MemFree", 0)),
               "source": "meminfo"}
