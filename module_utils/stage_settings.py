@@ -103,6 +103,10 @@ RULES = {
                                               and re.fullmatch(r"[A-Za-z0-9_.-]+(=\S+)?", w) is not None),
          "a list of name or name=value words without spaces"),
     ],
+    "runtime": [
+        (("runtime_build_canary_model_sha256",), matches(r"[0-9a-f]{64}"), "64 lowercase hex digits (a sha256)"),
+        (("runtime_build_canary_timeout",), at_least(10), "at least 10 s"),
+    ],
     "rdma": [
         (("rdma_network_table_base", "twinrail_rails"),
          lambda base, rails: between(1, 252 - len(rails or []))(base),

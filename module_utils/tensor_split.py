@@ -262,6 +262,12 @@ def _fatal(lines: list[str]) -> dict | None:
     return None
 
 
+def cuda_devices(text: str) -> list[dict]:
+    """The CUDA devices ggml_cuda_init listed: index, name, compute capability."""
+    return [{"index": int(m.group("index")), "name": m.group("name").strip(), "compute_capability": m.group("cc")}
+            for m in _CUDA_DEVICE.finditer(text)]
+
+
 def death_message(fatal: dict, host: str) -> str:
     """A death read by parse_buffers, in words: node, GPU, the fatal line, the cause."""
     gpu = fatal.get("gpu") or {}

@@ -36,6 +36,7 @@ WORK = {
     "rdma_network : Persist the RDMA kernel modules": NODES,
     "rdma_network : Write the rails' networkd files": NODES,
     "runtime_build : Point current at the build": NODES,
+    "runtime_build : Load the canary on each GPU and answer one completion": NODES,
     "weights_sync : Verify every copy against the manifest": NODES,
     "inference_service : Install the units": NODES,
     "inference_service : Configure the proxy": ["lab-master"],
@@ -98,6 +99,9 @@ def test_a_noop_rerun_runs_every_task_changes_nothing_and_measures_nothing(check
     said = re.findall(r'"msg": "(bandwidth: [^"]*)"', out)
     assert len(said) == 1 and re.match(r"bandwidth: baseline of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid", said[0]), said
     assert re.search(r"acceptance: verdict of \d{4}-\d\d-\d\d \d\d:\d\d UTC still valid \(PASS;", out), out[-3000:]
+    canary = re.findall(r'"msg": "runtime canary: ([^:"]*): ([^"]*)"', out)
+    assert sorted(h for h, _ in canary) == sorted(NODES) and all(
+        said.endswith("with this runtime, model and GPUs: nothing loaded") for _, said in canary), canary
     # every stage's work ran on its nodes, and changed nothing
     for task, hosts in WORK.items():
         ran = task_results(out, task)

@@ -46,3 +46,18 @@ def test_the_binaries_run(host):
 def test_runtime_is_exported_to_shells_and_services(host):
     assert host.check_output("bash -lc 'echo $TWINRAIL_RUNTIME'") == f"{ROOT}/current"
     assert f"TWINRAIL_RUNTIME={ROOT}/current" in host.check_output("systemctl show-environment")
+
+
+def test_the_canary_loaded_the_small_model_on_the_cpu_and_answered(host):
+    """A CPU build's canary (library/runtime_canary.py): its verdict kept
+    on the node, for the llama-server that is current, with where the
+    layers and buffers went and the answer."""
+    verdict = json.loads(host.file("/var/lib/twinrail/runtime-canary.json").content_string)
+    assert verdict["passed"] is True and verdict["problems"] == []
+    assert verdict["key"]["runtime"] == host.file(f"{ROOT}/current/bin/llama-server").sha256sum
+    assert verdict["key"]["gpus"] == "none (CPU build)"
+    [run] = verdict["runs"]
+    assert run["gpu"] is None and run["offloaded"] == [31, 31]
+    assert run["buffers_mib"]["CPU model"] > 50 and run["buffers_mib"]["CPU KV"] > 0
+    assert set(run["buffers_mib"]) == {"CPU model", "CPU KV"}
+    assert run["answer"].strip()

@@ -81,3 +81,28 @@ def test_archive_checksum_mismatch_is_refused(host):
 def test_cuda_without_nvcc_is_refused(host):
     out = refused(host, "-e", "runtime_build_cuda=true")
     assert "runtime_build_cuda is true but nvcc is not installed" in out
+
+
+def test_the_canary_fails_naming_the_node_and_the_cause_and_keeps_its_verdict(host):
+    """The canary module run on the worker with a damaged copy of its model
+    (cut to 30 MB): it fails naming the node and the loader's words; the
+    stage's own verdict on the node is left as it was."""
+    worker = "twinrail-lab-worker1"
+    kept = subprocess.run(["docker", "exec", worker, "cat", "/var/lib/twinrail/runtime-canary.json"],
+                          capture_output=True, text=True, check=True).stdout
+    subprocess.run(["docker", "exec", worker, "sh", "-c", "head -c 30000000 /opt/twinrail/canary/"
+                    "SmolLM2-135M-Instruct.Q4_1.gguf > /tmp/canary-cut.gguf"], check=True)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run(
+        ["ansible", "-i", host.backend.ansible_inventory, "lab-worker1", "-b", "-m", "runtime_canary", "-a",
+         "binary=/opt/twinrail/runtime/current/bin/llama-server model=/tmp/canary-cut.gguf model_sha256=cut "
+         "record=/tmp/canary-drill.json host=lab-worker1"],
+        capture_output=True, text=True, env=env, timeout=300, check=False, cwd=PROJECT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert ("runtime canary failed: lab-worker1 (CPU build): the canary model did not load: error loading model: "
+            "tensor 'token_embd.weight' data is not within the file bounds") in out, out[-3000:]
+    assert subprocess.run(["docker", "exec", worker, "cat", "/var/lib/twinrail/runtime-canary.json"],
+                          capture_output=True, text=True, check=True).stdout == kept
+    subprocess.run(["docker", "exec", worker, "rm", "-f", "/tmp/canary-cut.gguf", "/tmp/canary-drill.json"],
+                   check=True)
