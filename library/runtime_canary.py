@@ -19,7 +19,8 @@ description:
     usable GPU, a death with its CUDA error, a failed load, layers or buffers elsewhere).
   - Runs only when due (module_utils/runtime_canary.py, due) - no passed record at O(record), or the
     runtime binary, the model, the GPUs or the driver changed since, or O(measure) always - and keeps its
-    verdict there. In check mode it says whether it would run and starts nothing.
+    verdict there, with the earlier passes of other runtimes (a rollback to a build that passed loads
+    nothing again). In check mode it says whether it would run and starts nothing.
 version_added: "0.1.0"
 author: twinrail developers
 extends_documentation_fragment:
@@ -46,7 +47,7 @@ options:
     type: str
     default: ""
   record:
-    description: Where the node keeps the last verdict (JSON).
+    description: Where the node keeps the last verdict and the earlier passes (JSON).
     type: path
     required: true
   measure:
@@ -108,8 +109,8 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.runtime_canary import (PREDICT, PROMPT, due, problems, read_load, server_args,
-                                                 summary)
+from ansible.module_utils.runtime_canary import (PREDICT, PROMPT, due, passed_at, problems, read_load, server_args,
+                                                 summary, verdict)
 
 
 def _sha256(path: str) -> str:
@@ -220,7 +221,7 @@ def main() -> None:
     reasons = due(record, key, p["measure"])
     if not reasons:
         module.exit_json(changed=False, ran=False, reasons=[],
-                         msg=f"runtime canary: {host}: passed at {record.get('at')} with this runtime, model and "
+                         msg=f"runtime canary: {host}: passed at {passed_at(record, key)} with this runtime, model and "
                              "GPUs: nothing loaded")
     if module.check_mode:
         module.exit_json(changed=False, ran=False, reasons=reasons,
@@ -231,12 +232,11 @@ def main() -> None:
         load, reply, code, tail, seconds = run_one(p["binary"], p["model"], gpu, p["timeout"])
         runs.append(summary(gpu, load, reply, seconds))
         found += problems(host, gpu, load, reply, code, p["archs"], driver, tail)
-    verdict = {"key": key, "passed": not found, "problems": found, "runs": runs,
-               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    kept = verdict(record, key, found, runs, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     os.makedirs(os.path.dirname(p["record"]) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p["record"]) or ".", prefix=".canary-")
     with os.fdopen(fd, "w") as handle:
-        json.dump(verdict, handle, indent=2)
+        json.dump(kept, handle, indent=2)
     os.chmod(tmp, 0o644)
     os.replace(tmp, p["record"])
     where = f"{len(targets)} GPU(s)" if p["gpus"] > 0 else "the CPU"

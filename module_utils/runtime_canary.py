@@ -167,17 +167,52 @@ def summary(gpu: int | None, load: dict, reply, seconds: float) -> dict:
             "seconds": round(seconds, 2)}
 
 
+# passed verdicts kept besides the last one: a rollback to a build the
+# canary passed (the runtime stage keeps earlier builds) loads nothing again
+KEPT_PASSES = 8
+
+
+def passed_at(record: dict | None, key: dict) -> str | None:
+    """When a canary passed with exactly this runtime, model, GPUs and
+    driver: the last verdict, or one of the earlier passes it keeps
+    (None: never, or its last run with this key failed)."""
+    if not record:
+        return None
+    if record.get("key") == key:
+        return record.get("at") if record.get("passed") else None
+    return next((p.get("at") for p in record.get("earlier_passes") or [] if p.get("key") == key), None)
+
+
 def due(record: dict | None, key: dict, mode: str) -> list[str]:
-    """Why the canary runs (empty: the last one passed with the same
-    runtime, model, GPUs and driver): mode always, no record, a failed
-    one, or what changed since."""
+    """Why the canary runs (empty: a canary passed with the same runtime,
+    model, GPUs and driver, the last one or a kept earlier one): mode
+    always, no record, a failed one, or what changed since the last."""
     if mode not in ("auto", "always"):
         raise ValueError(f"runtime_build_measure must be auto or always, got {mode!r}")
     reasons = ["asked for (runtime_build_measure=always)"] if mode == "always" else []
     if not record:
         return reasons + ["no canary has run on this node"]
+    if passed_at(record, key):
+        return reasons
     if not record.get("passed"):
         reasons.append("the last canary failed")
     old = record.get("key") or {}
     reasons += [f"{name} changed" for name in sorted(set(old) | set(key)) if old.get(name) != key.get(name)]
     return reasons
+
+
+def verdict(record: dict | None, key: dict, found: list[str], runs: list[dict], at: str) -> dict:
+    """The record after a run: its verdict, and the passes it keeps for
+    other keys (the previous verdict's if it passed, newest first; a key
+    that failed now is dropped, it must pass again)."""
+    earlier = []
+    if record and record.get("passed") and record.get("key"):
+        earlier.append({"key": record["key"], "at": record.get("at")})
+    earlier += (record or {}).get("earlier_passes") or []
+    kept, seen = [], [key]
+    for p in earlier:
+        if p.get("key") not in seen:
+            kept.append(p)
+            seen.append(p.get("key"))
+    return {"key": key, "passed": not found, "problems": found, "runs": runs, "at": at,
+            "earlier_passes": kept[:KEPT_PASSES]}

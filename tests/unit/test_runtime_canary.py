@@ -12,7 +12,7 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from runtime_canary import answered, due, problems, read_load, server_args
+from runtime_canary import KEPT_PASSES, answered, due, passed_at, problems, read_load, server_args, verdict
 
 CANARY = FIXTURES / "canary"
 V100 = "llama-cli_cuda0_full_offload_v100_cc70_33of33_ci-ggml-4_c6af2161_2025-03.txt"
@@ -115,3 +115,25 @@ def test_it_runs_again_when_what_it_vouched_for_changed():
     assert due({"key": key, "passed": True}, newer, "auto") == ["gpus changed", "runtime changed"]
     with pytest.raises(ValueError, match="runtime_build_measure must be auto or always, got 'sometimes'"):
         due(None, key, "sometimes")
+
+
+def test_a_rollback_to_a_build_that_passed_loads_nothing_but_a_failure_is_not_forgotten():
+    first = {"runtime": "aa", "model": "mm", "gpus": "none (CPU build)"}
+    second = dict(first, runtime="bb")
+    record = verdict(None, first, [], [], "t1")
+    record = verdict(record, second, [], [], "t2")
+    assert due(record, second, "auto") == [] and passed_at(record, second) == "t2"
+    # rolled back to the first build: its pass is kept
+    assert due(record, first, "auto") == [] and passed_at(record, first) == "t1"
+    assert due(record, dict(first, runtime="cc"), "auto") == ["runtime changed"]
+    # the first build fails later (the GPU changed under the same key is a new
+    # key; here the same key, a sick GPU): its earlier pass no longer counts
+    failed = verdict(record, first, ["lab-worker1 (CPU build): it died"], [], "t3")
+    assert failed["earlier_passes"] == [{"key": second, "at": "t2"}]
+    assert due(failed, first, "auto") == ["the last canary failed"]
+    assert due(failed, second, "auto") == []
+    # bounded: the oldest passes go
+    for n in range(2 * KEPT_PASSES):
+        record = verdict(record, dict(first, runtime=f"r{n}"), [], [], f"u{n}")
+    assert len(record["earlier_passes"]) == KEPT_PASSES
+    assert due(record, first, "auto") == ["runtime changed"]

@@ -132,8 +132,11 @@ def hog(pct: float, name: str) -> None:
     """Processes on the master holding memory up to pct of the node (units of
     their own, name-1, name-2, ...). The kernel reclaims page cache as the
     first one grows, so it may stop short of pct: then another tops it up
-    from what the node uses now, a few times at most."""
-    for part in range(1, 6):
+    from what the node uses now. A part never takes the node past pct (what
+    it counts as used includes the active page cache, which the kernel
+    drops first), so topping up again is safe, and the node's cache (the
+    model's pages, the canary's copy of its model) can take many parts."""
+    for part in range(1, 21):
         mem = memory()
         if mem["percent"] >= pct - 1:
             return

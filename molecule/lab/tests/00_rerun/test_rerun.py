@@ -157,6 +157,13 @@ def test_drift_on_a_worker_is_repaired_by_the_next_plain_run(check_mode_run):
     node(worker, "rm", timer)
     node(worker, "systemctl", "daemon-reload")
     node(worker, "ip", "route", "del", *route)
+    # and what a CUDA build's monitoring left when the runtime was switched to the CPU
+    gpu_left = ["/etc/systemd/system/twinrail-gpu.timer", "/etc/systemd/system/twinrail-gpu.service",
+                "/var/lib/prometheus/node-exporter/twinrail_gpu.prom"]
+    plant = ("printf '[Timer]\\nOnActiveSec=1h\\n[Install]\\nWantedBy=timers.target\\n' > {0}; "
+             "printf '[Service]\\nExecStart=/bin/true\\n' > {1}; echo 'twinrail_gpu_up{{gpu=\"0\"}} 1' > {2}; "
+             "systemctl daemon-reload; systemctl enable --now twinrail-gpu.timer")
+    node(worker, "sh", "-c", plant.format(*gpu_left))
     assert node(worker, "sh", "-c", "command -v ib_write_bw", check=False).returncode != 0
     assert node(worker, "systemctl", "is-active", "twinrail-cold-archive.timer", check=False).stdout.strip() != "active"
     assert node(worker, "ip", "route", "show", "table", "101").stdout.strip() == ""
@@ -177,4 +184,8 @@ def test_drift_on_a_worker_is_repaired_by_the_next_plain_run(check_mode_run):
     assert node(worker, "sh", "-c", "command -v ib_write_bw", check=False).returncode == 0
     assert node(worker, "systemctl", "is-active", "twinrail-cold-archive.timer", check=False).stdout.strip() == "active"
     assert "198.19.0.0/24 dev ens1f0np0" in node(worker, "ip", "route", "show", "table", "101").stdout
+    assert task_results(out, "monitoring : Remove the GPU telemetry where the runtime uses no GPU") == {
+        "lab-master": "ok", "lab-worker1": "changed"}
+    assert node(worker, "ls", *gpu_left, check=False).stdout.strip() == ""
+    assert node(worker, "systemctl", "is-active", "twinrail-gpu.timer", check=False).stdout.strip() != "active"
     print(f"drift drill: repaired by one plain site.yml; changed {recap}")

@@ -287,11 +287,15 @@ def test_rollback_after_a_second_runtime_build(host):
 
     # the inventory names the first build: the runtime stage finds nothing to
     # change (current already names it; the units' binaries are checked
-    # above, and the service stage after a rollback in the test before)
+    # above, and the service stage after a rollback in the test before; the
+    # canary keeps the first build's pass beside the second's, and loads
+    # nothing again)
     proc = playbook(str(PROJECT / "site.yml"), "--tags", "runtime")
     assert proc.returncode == 0, proc.stdout[-3000:]
     recap = {h: c for h, c in changed_by_host(proc.stdout).items() if h.startswith("lab-")}
     assert recap and not any(recap.values()), recap
+    assert len(re.findall(r"runtime canary: lab-[a-z0-9]+: passed at .* nothing loaded", proc.stdout)) == 2, \
+        proc.stdout[-3000:]
 
 
 def test_restore_a_node_then_every_stage_runs_again(host):
