@@ -20,6 +20,9 @@ GB10_NGL0 = "llama-logits_cuda_build_gb10_ngl0_offloaded_0of41_cpu_mapped_danbev
 INIT_FAILED = "llama-server_cuda_init_failed_unknown_error_cpu_fallback_0cuda_devices_danbev-learning-ai.txt"
 LAB_CPU = "llama-server_canary_cpu_build_smollm2_q4_1_lab_runtime.txt"
 LAB_TRUNCATED = "llama-server_canary_cpu_build_truncated_gguf_load_error_lab_runtime.txt"
+DRIVER_OLD = "llama_cuda_init_driver_insufficient_jetson_xavier_b5415_issue13629.txt"
+NO_DEVICE = "ik_llama-bench_cuda_init_no_cuda_capable_device_issue476.txt"
+SPARK_NO_KERNEL = "llama-server_no_kernel_image_dgx_spark_pasted_issue.txt"
 NO_KERNEL = FIXTURES / "llama-load" / "ik-llama-server_cuda_no_kernel_image_after_load_rtx5090_sm120_ik514.txt"
 
 
@@ -58,6 +61,30 @@ def test_a_cuda_start_that_failed_is_named_before_anything_else():
     assert problems("gpu-b", 0, read, reply()) == [
         "gpu-b GPU 0: llama-server could not use the GPU (ggml_cuda_init: failed to initialize CUDA: unknown "
         "error): the CUDA runtime could not start on this node"]
+
+
+def test_a_driver_older_than_the_toolkit_and_a_hidden_gpu_are_named_with_what_to_do():
+    old = load(DRIVER_OLD)
+    assert problems("spark-1", 0, old, None, exit_code=1, driver="535.104.05") == [
+        "spark-1 GPU 0: llama-server could not use the GPU (ggml_cuda_init: failed to initialize CUDA: CUDA driver "
+        "version is insufficient for CUDA runtime version): the NVIDIA driver (535.104.05) is older than the CUDA "
+        "toolkit the runtime was built with: update the driver, or build with a toolkit the driver supports "
+        "(runtime_build_cuda_root)"]
+    hidden = problems("gpu-d", 1, load(NO_DEVICE), None)
+    assert hidden == [
+        "gpu-d GPU 1: llama-server could not use the GPU (ggml_cuda_init: failed to initialize CUDA: no "
+        "CUDA-capable device is detected): the process sees no GPU: the driver is not loaded, /dev/nvidia* is "
+        "missing, or CUDA_VISIBLE_DEVICES hides it"]
+    # the same words on the CPU path of a CPU build are not a GPU failure
+    assert not any("could not use the GPU" in line for line in problems("lab-master", None, old, reply()))
+
+
+def test_a_spark_without_its_arch_in_the_build():
+    found = problems("spark-2", 0, load(SPARK_NO_KERNEL), None, exit_code=-6, archs="80;86;89;90")
+    assert found == ["spark-2 GPU 0: the canary died while loading: CUDA error: no kernel image is available for "
+                     "execution on the device [in ggml_cuda_compute_forward at /opt/llama.cpp/ggml/src/ggml-cuda/"
+                     "ggml-cuda.cu:2761]: no kernel image for this GPU's arch: the build's archs are 80;86;89;90 "
+                     "(runtime_build_cuda_archs); rebuild with the GPU's arch"]
 
 
 def test_a_missing_arch_names_the_gpu_its_arch_and_the_builds_archs():
