@@ -24,7 +24,13 @@ checked on a machine without a GPU, for each CUDA profile's architectures.
    the binary refusing clearly where there is no driver (the loader names
    libcuda.so.1).
 
-Writes build/cuda-check/<profile>.json with the figures (seconds per step).
+Writes build/cuda-check/<profile>.json with the figures (seconds per step)
+and, when the profile passed, its record in tests/cuda-check/<profile>.json:
+what it checked (the profile's archs, the toolkit pins, the runtime's
+source pin, the build recipe's files by sha256) and the figures. The
+record is committed: `make test` (tests/unit/test_cuda_check.py) fails
+when the recipe, the pin or a profile's archs changed since it, so a
+change to the CUDA build lands with a green make cuda-check of it.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ WHEELS = ("nvidia-cuda-nvcc==13.5.37", "nvidia-nvvm==13.5.37", "nvidia-cuda-runt
           "nvidia-cuda-crt==13.5.37", "nvidia-cuda-cccl==13.3.5.0.6", "nvidia-cublas==13.10.0.20",
           "nvidia-cuda-cuobjdump==13.5.37")
 TARGETS = ("llama-server", "ggml-rpc-server", "llama-bench")
+# the last green check of each CUDA profile, committed (make test compares)
+RECORDS = REPO / "tests" / "cuda-check"
+PROFILES = ("dgx-spark", "gpu-server")
+# what the CUDA build is made from, besides the profile's archs and the toolkit pins
+RECIPE = ("roles/runtime_build/templates/build.sh.j2", "module_utils/runtime_build.py", "module_utils/elf_link.py")
 
 
 class CheckError(RuntimeError):
@@ -80,6 +91,37 @@ def profile_settings(name: str) -> dict:
 
 def archs_of(value) -> list[str]:
     return [a.strip() for a in str(value).split(";") if a.strip()]
+
+
+def fingerprint(profile: str, repo: Path = REPO) -> dict:
+    """What a check of `profile` vouches for: its archs, the toolkit's
+    pins, the runtime source's pin and the recipe's files (sha256)."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    settings = (yaml.safe_load((repo / "profiles" / f"{profile}.yml").read_text()) or {}).get("settings") or {}
+    defaults = yaml.safe_load((repo / "roles" / "runtime_build" / "defaults" / "main.yml").read_text())
+    return {"archs": archs_of(settings.get("runtime_build_cuda_archs", "")),
+            "toolkit": list(WHEELS),
+            "runtime_source": {k: defaults[k] for k in ("runtime_build_version", "runtime_build_archive_sha256")},
+            "recipe": {name: hashlib.sha256((repo / name).read_bytes()).hexdigest() for name in RECIPE}}
+
+
+def stale(record: dict | None, current: dict) -> list[str]:
+    """How the last green check differs from what would be built now, in
+    words (empty: it still vouches for the CUDA build)."""
+    if not record:
+        return ["no green make cuda-check is recorded"]
+    was = record.get("fingerprint") or {}
+    out = []
+    for key in ("archs", "toolkit", "runtime_source"):
+        if was.get(key) != current[key]:
+            out.append(f"{key} {was.get(key)} -> {current[key]}")
+    for name in sorted(set(was.get("recipe") or {}) | set(current["recipe"])):
+        if (was.get("recipe") or {}).get(name) != current["recipe"].get(name):
+            out.append(f"{name} changed")
+    return out
 
 
 # ---------------------------------------------------------------- the toolkit
@@ -257,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root, toolkit_s = toolkit()
         log(f"toolkit {TOOLKIT_VERSION} at {root} ({toolkit_s} s)")
-        for profile in args.profile or ["dgx-spark", "gpu-server"]:
+        for profile in args.profile or list(PROFILES):
             archs = archs_of(profile_settings(profile)["runtime_build_cuda_archs"])
             bindir, cmake, build_s = build(profile, archs, root, args.jobs)
             started = time.monotonic()
@@ -266,6 +308,16 @@ def main(argv: list[str] | None = None) -> int:
                           build_seconds=build_s, check_seconds=round(time.monotonic() - started, 1), jobs=args.jobs,
                           cmake=cmake, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             (OUT / f"{profile}.json").write_text(json.dumps(result, indent=2) + "\n")
+            if not result["failures"]:
+                RECORDS.mkdir(parents=True, exist_ok=True)
+                (RECORDS / f"{profile}.json").write_text(json.dumps({
+                    "profile": profile, "fingerprint": fingerprint(profile), "checked_at": result["checked_at"],
+                    "toolkit_version": TOOLKIT_VERSION, "jobs": args.jobs, "build_seconds": build_s,
+                    "check_seconds": result["check_seconds"],
+                    "sm": sorted({sm for b in result["binaries"] for sm in b["sm"]}),
+                    "needed": sorted({n for b in result["binaries"] for n in b["needed"]}),
+                    "shipped": result["shipped"], "without_driver": result["no_driver"]["said"][-200:]},
+                    indent=2) + "\n")
             for line in result["failures"]:
                 log(f"{profile}: FAILED: {line}")
             failed |= bool(result["failures"])

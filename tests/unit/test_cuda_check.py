@@ -3,6 +3,9 @@ toolkit: the profiles it builds and what it refuses."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 from conftest import FIXTURES
 
@@ -64,3 +67,36 @@ def test_the_release_ships_cublas_and_what_it_needs_of_the_toolkit():
                    runpaths(True, "shared"))["passed"]
     refused = verdict("llama-server", binary, "", link_allowlist([], [], True, False), runpaths(True))
     assert refused["offending"] == ["libcublas.so.13"] and refused["offending_runpath"] == ["$ORIGIN/../lib"]
+
+
+@pytest.mark.parametrize("profile", cuda_check.PROFILES)
+def test_the_last_green_cuda_check_vouches_for_the_cuda_build_as_it_is(profile):
+    """make test's cached check: the committed record of the last green
+    make cuda-check (tests/cuda-check/<profile>.json) was made from the
+    archs, toolkit pins, runtime source and recipe files there are now. A
+    change to any of them fails here until make cuda-check passes again."""
+    path = cuda_check.RECORDS / f"{profile}.json"
+    record = json.loads(path.read_text()) if path.is_file() else None
+    assert cuda_check.stale(record, cuda_check.fingerprint(profile)) == [], (
+        f"the CUDA build of {profile} changed since its last green make cuda-check: run "
+        f"`make cuda-check CUDA_PROFILES={profile}` and commit {path.relative_to(cuda_check.REPO)}")
+    assert record["sm"] and {sm.rstrip("a") for sm in record["sm"]} == set(record["fingerprint"]["archs"])
+
+
+def test_a_recipe_or_arch_change_makes_the_record_stale(tmp_path):
+    """On a copy of the tree: the record of the tree as it is holds; an arch
+    added to the profile or a changed build script each make it stale,
+    named."""
+    for name in ("profiles", "roles/runtime_build/templates", "roles/runtime_build/defaults", "module_utils"):
+        shutil.copytree(cuda_check.REPO / name, tmp_path / name)
+    record = {"fingerprint": cuda_check.fingerprint("gpu-server", tmp_path)}
+    assert cuda_check.stale(record, cuda_check.fingerprint("gpu-server", tmp_path)) == []
+    profile = tmp_path / "profiles" / "gpu-server.yml"
+    profile.write_text(profile.read_text().replace('"80;86;89;90"', '"80;86;89;90;100"'))
+    script = tmp_path / "roles" / "runtime_build" / "templates" / "build.sh.j2"
+    script.write_text(script.read_text() + "\n# another step\n")
+    assert cuda_check.stale(record, cuda_check.fingerprint("gpu-server", tmp_path)) == [
+        "archs ['80', '86', '89', '90'] -> ['80', '86', '89', '90', '100']",
+        "roles/runtime_build/templates/build.sh.j2 changed"]
+    assert cuda_check.stale(None, cuda_check.fingerprint("gpu-server", tmp_path)) == [
+        "no green make cuda-check is recorded"]
