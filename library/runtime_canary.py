@@ -98,7 +98,6 @@ msg:
   type: str
 """
 
-import hashlib
 import json
 import os
 import socket
@@ -111,14 +110,7 @@ import urllib.request
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.runtime_canary import (PREDICT, PROMPT, due, passed_at, problems, read_load, server_args,
                                                  summary, verdict)
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from ansible.module_utils.weights_sums import sha256_file
 
 
 def _free_port() -> int:
@@ -212,7 +204,7 @@ def main() -> None:
     gpus, driver = [], None
     if p["gpus"] > 0:
         gpus, driver = _gpu_identity(module, p["nvidia_smi"])
-    key = {"runtime": _sha256(p["binary"]), "model": p["model_sha256"], "gpus": gpus or "none (CPU build)"}
+    key = {"runtime": sha256_file(p["binary"]), "model": p["model_sha256"], "gpus": gpus or "none (CPU build)"}
     try:
         with open(p["record"]) as handle:
             record = json.load(handle)

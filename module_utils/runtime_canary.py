@@ -205,14 +205,8 @@ def verdict(record: dict | None, key: dict, found: list[str], runs: list[dict], 
     """The record after a run: its verdict, and the passes it keeps for
     other keys (the previous verdict's if it passed, newest first; a key
     that failed now is dropped, it must pass again)."""
-    earlier = []
-    if record and record.get("passed") and record.get("key"):
-        earlier.append({"key": record["key"], "at": record.get("at")})
-    earlier += (record or {}).get("earlier_passes") or []
-    kept, seen = [], [key]
-    for p in earlier:
-        if p.get("key") not in seen:
-            kept.append(p)
-            seen.append(p.get("key"))
+    last = [{"key": record["key"], "at": record.get("at")}] if record and record.get("passed") else []
+    # the last verdict's own key is never among its earlier passes: only this run's key can repeat
+    kept = [p for p in last + ((record or {}).get("earlier_passes") or []) if p.get("key") != key]
     return {"key": key, "passed": not found, "problems": found, "runs": runs, "at": at,
             "earlier_passes": kept[:KEPT_PASSES]}

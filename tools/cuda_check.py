@@ -77,10 +77,10 @@ def log(msg: str) -> None:
     print(f"cuda-check: {msg}", flush=True)
 
 
-def profile_settings(name: str) -> dict:
+def profile_settings(name: str, repo: Path = REPO) -> dict:
     import yaml  # pylint: disable=import-outside-toplevel
 
-    path = REPO / "profiles" / f"{name}.yml"
+    path = repo / "profiles" / f"{name}.yml"
     if not path.is_file():
         raise CheckError(f"--profile: no profiles/{name}.yml")
     settings = (yaml.safe_load(path.read_text()) or {}).get("settings") or {}
@@ -96,16 +96,12 @@ def archs_of(value) -> list[str]:
 def fingerprint(profile: str, repo: Path = REPO) -> dict:
     """What a check of `profile` vouches for: its archs, the toolkit's
     pins, the runtime source's pin and the recipe's files (sha256)."""
-    import hashlib  # pylint: disable=import-outside-toplevel
-
-    import yaml  # pylint: disable=import-outside-toplevel
-
-    settings = (yaml.safe_load((repo / "profiles" / f"{profile}.yml").read_text()) or {}).get("settings") or {}
-    defaults = yaml.safe_load((repo / "roles" / "runtime_build" / "defaults" / "main.yml").read_text())
-    return {"archs": archs_of(settings.get("runtime_build_cuda_archs", "")),
+    stages, sums = module_utils("stages"), module_utils("weights_sums")
+    return {"archs": archs_of(profile_settings(profile, repo)["runtime_build_cuda_archs"]),
             "toolkit": list(WHEELS),
-            "runtime_source": {k: defaults[k] for k in ("runtime_build_version", "runtime_build_archive_sha256")},
-            "recipe": {name: hashlib.sha256((repo / name).read_bytes()).hexdigest() for name in RECIPE}}
+            "runtime_source": {k: stages.role_default(repo, k)
+                               for k in ("runtime_build_version", "runtime_build_archive_sha256")},
+            "recipe": {name: sums.sha256_file(str(repo / name)) for name in RECIPE}}
 
 
 def stale(record: dict | None, current: dict) -> list[str]:
