@@ -36,6 +36,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# pylint: disable=wrong-import-position
+from twinrail.loader import module_utils  # noqa: E402
+
 # a download cache shared by every checkout (inventory/lab/group_vars)
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle"
 
@@ -237,27 +241,15 @@ VLLM_CONVERT_EXTRA = ("gguf==0.19.0", "accelerate==1.16.0")
 VLLM_MODELS = {"smollm2-135m-instruct-bf16": ("smollm2-135m-instruct", "bfloat16")}
 
 
-def lock_pins(lock: Path) -> dict:
-    """name==version -> sha256 of its wheel, from a pip lock with --hash lines."""
-    pins, current = {}, None
-    for raw in lock.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
-        if not line:
-            continue
-        if line.startswith("--hash=sha256:"):
-            if current is None:
-                raise BundleError(f"{lock}: a --hash line before any requirement")
-            pins[current] = line.partition(":")[2]
-        else:
-            current = line
-    return pins
-
-
 def fetch_vllm_wheels() -> Path:
     """The lock's wheels in BUNDLE/vllm/wheels, each checked against the lock."""
     dest = BUNDLE / "vllm" / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
-    pins = lock_pins(VLLM_LOCK)
+    try:
+        pins = {p['requirement']: p['sha256'] for p in
+                module_utils('vllm_env').lock_pins(VLLM_LOCK.read_text(), str(VLLM_LOCK)).values()}
+    except ValueError as exc:
+        raise BundleError(str(exc)) from exc
     have = {sha256_file(w) for w in dest.glob("*.whl")}
     if set(pins.values()) - have:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",

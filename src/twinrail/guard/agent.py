@@ -13,12 +13,15 @@ import threading
 import time
 
 from twinrail.guard.memory import node_memory
-from twinrail.guard.procs import rpc_server_state
+from twinrail.guard.procs import rpc_server_state, vllm_state
 from twinrail.guard.web import _JSONHandler, log
 
 
-def agent_status(addresses: list[str], rpc_port: int) -> dict:
-    rpc = [rpc_server_state(a, rpc_port) for a in addresses]
+def agent_status(addresses: list[str], rpc_port: int, engine: str = "llamacpp") -> dict:
+    """What the guard asks of a worker: with llama.cpp the RPC server on each
+    rail address, with vLLM the node's headless process (its group runs over
+    rail0)."""
+    rpc = [vllm_state(a) if engine == "vllm" else rpc_server_state(a, rpc_port) for a in addresses]
     return {"host": socket.gethostname(), "memory": node_memory(), "rpc": rpc,
             "ok": all(r["ok"] for r in rpc)}
 
@@ -57,10 +60,10 @@ def run_agent(args) -> None:
             if self.path != "/status":
                 self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
                 return
-            self.send_json(200, agent_status(addresses, args.rpc_port))
+            self.send_json(200, agent_status(addresses, args.rpc_port, args.engine))
 
         def do_POST(self):
-            if self.path != "/rpc/restart":
+            if self.path != "/rpc/restart" or args.engine != "llamacpp":
                 self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
                 return
             self.rfile.read(int(self.headers.get("Content-Length") or 0))

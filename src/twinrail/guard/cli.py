@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     agent.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
     agent.add_argument("--port", type=int, required=True)
     agent.add_argument("--rpc-port", type=int, required=True)
+    agent.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp",
+                       help="what runs on the worker: RPC servers (llamacpp) or a headless vLLM")
     proxy = sub.add_parser("proxy", help="on the master: between nginx and llama-server")
     proxy.add_argument("--listen-host", required=True)
     proxy.add_argument("--listen-port", type=int, required=True)
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--model", default="",
                        help="the served model's name: the label of the traffic's metrics (default unknown)")
     # serving on fewer rails (rails.py): all four, or none (every rail always serves)
+    proxy.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp",
+                       help="the upstream: llama-server (llamacpp) or vLLM's OpenAI server")
     proxy.add_argument("--rpc-servers", default="", help="llama-server's --rpc list (the configuration's)")
     proxy.add_argument("--split", default="", help="its --tensor-split proportions (the configuration's)")
     proxy.add_argument("--server-devices", default="",

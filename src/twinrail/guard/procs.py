@@ -26,6 +26,47 @@ def find_processes(name: str, proc: str = "/proc") -> list[dict]:
     return found
 
 
+def unit_processes(unit: str, proc: str = "/proc") -> list[dict]:
+    """The processes in a systemd unit's control group (cgroup v1 or v2),
+    oldest (lowest pid) first: pid, argv, state. A program that renames
+    itself (vLLM's processes set their titles) is still found."""
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            groups = _read(os.path.join(proc, entry, "cgroup")).splitlines()
+            if not any(line.rpartition(":")[2].rstrip("/").endswith("/" + unit) for line in groups):
+                continue
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
+                argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
+            stat = _read(os.path.join(proc, entry, "stat"))
+        except OSError:
+            continue
+        found.append({"pid": int(entry), "argv": argv, "state": stat.rpartition(")")[2].split()[0]})
+    return sorted(found, key=lambda p: p["pid"])
+
+
+# the vLLM engine's unit on every node (roles/inference_service)
+VLLM_UNIT = "twinrail-vllm.service"
+
+
+def vllm_state(address: str, proc: str = "/proc") -> dict:
+    """A node's vLLM (headless on a worker): running, stopped (a paused
+    process stops the whole group's collectives), or gone."""
+    processes = unit_processes(VLLM_UNIT, proc)
+    if not processes:
+        return {"address": address, "ok": False, "problem": f"vLLM ({VLLM_UNIT}) not running"}
+    stopped = [p for p in processes if p["state"] not in ("R", "S", "D")]
+    main = processes[0]
+    if stopped:
+        return {"address": address, "pid": main["pid"], "ok": False,
+                "problem": f"vLLM ({VLLM_UNIT}) has {len(stopped)} of {len(processes)} processes "
+                           f"{'stopped' if stopped[0]['state'] in ('T', 't') else 'in state ' + stopped[0]['state']} "
+                           f"(pid {', '.join(str(p['pid']) for p in stopped)})"}
+    return {"address": address, "pid": main["pid"], "state": main["state"], "ok": True}
+
+
 def listening(address: str, port: int, proc: str = "/proc") -> bool:
     """Whether a TCP socket listens on address:port (or on 0.0.0.0:port), from
     the kernel's socket table: no packet sent."""

@@ -23,7 +23,7 @@ import urllib.request
 from twinrail.guard import access, metrics, rails as rails_mod
 from twinrail.guard.handler import make_proxy_handler
 from twinrail.guard.memory import node_memory
-from twinrail.guard.procs import find_processes
+from twinrail.guard.procs import VLLM_UNIT, find_processes, unit_processes
 from twinrail.guard.web import log
 
 
@@ -36,8 +36,9 @@ class Guard:
                  keys: access.Keys | None = None, queue_max: int | None = None,
                  rails: list[rails_mod.Rail] | None = None, master_share: float | None = None,
                  degrade_after: float = 0.0, restore_after: float = 0.0, override: str | None = None,
-                 drain_limit: float = 60.0, model: str = ""):
+                 drain_limit: float = 60.0, model: str = "", engine: str = "llamacpp"):
         self.workers = workers  # (host, rail address)
+        self.engine, self.model = engine, model  # llamacpp or vllm; the served model's name
         self.agent_port = agent_port
         self.upstream = upstream
         self.soft, self.hard = soft, hard
@@ -276,22 +277,35 @@ class Guard:
     def probe(self) -> str | None:
         """A one-token completion; None when it answered."""
         conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
+        name = "vLLM" if self.engine == "vllm" else "llama-server"
+        path, body = (("/v1/completions", {"model": self.model, "prompt": "ok", "max_tokens": 1})
+                      if self.engine == "vllm" else ("/completion", {"prompt": "ok", "n_predict": 1}))
         try:
-            conn.request("POST", "/completion", body=json.dumps({"prompt": "ok", "n_predict": 1}),
-                         headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
             response = conn.getresponse()
             response.read()
             if response.status != 200:
-                return f"llama-server answered {response.status}"
+                return f"{name} answered {response.status}"
             return None
         except (socket.timeout, TimeoutError):
             return "hung"
         except OSError as exc:
-            return f"llama-server not answering ({exc})"
+            return f"{name} not answering ({exc})"
         finally:
             conn.close()
 
     def kill_llama(self, why: str = "hung after the workers came back") -> None:
+        if self.engine == "vllm":
+            # the unit's main process (rank 0's API server): systemd stops the
+            # rest of its group and starts it again
+            for process in unit_processes(VLLM_UNIT)[:1]:
+                try:
+                    os.kill(process["pid"], signal.SIGKILL)
+                    self.event("restart", f"vLLM (pid {process['pid']}) {why}: killed, systemd starts it again")
+                except OSError as exc:
+                    self.event("restart failed", f"vLLM (pid {process['pid']}): {exc}")
+            self.last_kill = time.monotonic()
+            return
         for process in find_processes("llama-server"):
             try:
                 os.kill(process["pid"], signal.SIGKILL)
@@ -433,7 +447,8 @@ def run_proxy(args) -> None:
                   probe_timeout=args.probe_timeout, restart_grace=args.restart_grace,
                   keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None,
                   rails=rails, master_share=master_share, degrade_after=args.degrade_after or 0.0,
-                  restore_after=args.restore_after or 0.0, override=args.override, model=args.model)
+                  restore_after=args.restore_after or 0.0, override=args.override, model=args.model,
+                  engine=args.engine)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))

@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+"""twinrail's Jinja filters for the vLLM engine: its environment's id, the
+parallel sizes' check, each node's command line and environment (plain
+functions in module_utils/vllm_env.py and vllm_engine.py, unit-tested in
+tests/unit/test_vllm_engine.py)."""
+
+from __future__ import annotations
+
+import shlex
+
+from ansible.errors import AnsibleFilterError
+from twinrail.loader import module_utils
+
+DOCUMENTATION = r"""
+name: vllm
+short_description: twinrail's filters for the vLLM engine
+description:
+  - "C(twinrail_vllm_env_id): The environment's id from its lock's text and the Python version it is built for."
+  - "C(twinrail_vllm_parallel_problems): What is wrong with the tensor x pipeline sizes on these nodes (host -> GPUs) for the model (heads, kv_heads, layers)."
+  - "C(twinrail_vllm_serve_args): One node's arguments to vLLM's serve, one shell-quoted string (rank 0 serves the API, the others run headless)."
+  - "C(twinrail_vllm_serve_env): One node's environment for vLLM (rail0 for gloo and NCCL, the CPU engine's KV cache and binding)."
+"""
+
+
+def env_id(lock_text, python_version):
+    return module_utils("vllm_env").env_id(str(lock_text), str(python_version))
+
+
+def parallel_problems(gpus, tensor, pipeline, model):
+    model = model or {}
+    try:
+        return module_utils("vllm_engine").parallel_problems(
+            tensor=int(tensor), pipeline=int(pipeline), gpus=dict(gpus), heads=model.get("heads"),
+            kv_heads=model.get("kv_heads"), layers=model.get("layers"))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"twinrail_vllm_parallel_problems: {exc}") from exc
+
+
+def serve_args(settings):
+    try:
+        args = module_utils("vllm_engine").serve_args(**settings)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"twinrail_vllm_serve_args: {exc}") from exc
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def serve_env(settings):
+    try:
+        return module_utils("vllm_engine").serve_env(**settings)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"twinrail_vllm_serve_env: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "twinrail_vllm_env_id": env_id,
+            "twinrail_vllm_parallel_problems": parallel_problems,
+            "twinrail_vllm_serve_args": serve_args,
+            "twinrail_vllm_serve_env": serve_env,
+        }

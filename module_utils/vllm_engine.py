@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+"""The vLLM engine's layout over the cluster: how many ranks, whether the
+tensor and pipeline sizes fit the GPUs, heads and layers, and each node's
+command line and environment (vLLM's own multi-node launch: the master
+runs the OpenAI server and rank 0's workers, every other node a headless
+process with --node-rank; the group meets at the master's rail0 address).
+
+Why vLLM's launch and not Ray: it needs no daemon and no cluster of its
+own to keep alive, the group is exactly the inventory's nodes in its
+order, and its CPU platform runs it unchanged (over Ray the CPU platform
+refuses until told which Ray resource to use)."""
+
+from __future__ import annotations
+
+
+def ranks_per_node(gpus: int) -> int:
+    """vLLM runs one rank a GPU; a node without GPUs runs one."""
+    return gpus if gpus > 0 else 1
+
+
+def parallel_problems(*, tensor: int, pipeline: int, gpus: dict, heads: int | None, kv_heads: int | None,
+                      layers: int | None) -> list[str]:
+    """What is wrong with tensor x pipeline parallel on these nodes (host ->
+    GPUs, in the group's order) for this model, each naming the setting,
+    what it is and what it must be."""
+    problems = []
+    if tensor < 1 or pipeline < 1:
+        return [f"inference_service_vllm_tensor_parallel and _pipeline_parallel: expected sizes of at least 1, "
+                f"got {tensor} and {pipeline}"]
+    per_node = {host: ranks_per_node(int(n or 0)) for host, n in gpus.items()}
+    if len(set(per_node.values())) > 1:
+        listing = ", ".join(f"{host} {n}" for host, n in per_node.items())
+        problems.append(f"the nodes run different numbers of ranks (one a GPU, one a node without): {listing}; "
+                        "vLLM's multi-node launch expects the same on every node")
+    total = sum(per_node.values())
+    if tensor * pipeline != total:
+        problems.append(f"inference_service_vllm_tensor_parallel x inference_service_vllm_pipeline_parallel: "
+                        f"expected {total} (the ranks: {len(per_node)} nodes x {max(per_node.values())}), "
+                        f"got {tensor} x {pipeline} = {tensor * pipeline}")
+    if heads and heads % tensor:
+        problems.append(f"inference_service_vllm_tensor_parallel: expected a divisor of the model's {heads} "
+                        f"attention heads (twinrail_model.heads), got {tensor}")
+    if kv_heads and tensor > 1 and kv_heads % tensor and tensor % kv_heads:
+        problems.append(f"inference_service_vllm_tensor_parallel: expected a divisor or a multiple of the model's "
+                        f"{kv_heads} KV heads (twinrail_model.kv_heads), got {tensor}")
+    if layers and pipeline > layers:
+        problems.append(f"inference_service_vllm_pipeline_parallel: expected at most the model's {layers} layers "
+                        f"(twinrail_model.layers), got {pipeline}")
+    return problems
+
+
+def serve_args(*, model: str, name: str, dtype: str, max_model_len: int, max_num_seqs: int, tensor: int,
+               pipeline: int, nodes: int, rank: int, master_addr: str, master_port: int, listen_host: str,
+               listen_port: int, gpu: bool, gpu_memory_utilization: float, enforce_eager: bool) -> list[str]:
+    """One node's arguments to vLLM's serve: rank 0 serves the API on the
+    loopback, every other node runs headless."""
+    args = [model, "--served-model-name", name, "--dtype", dtype, "--max-model-len", str(max_model_len),
+            "--max-num-seqs", str(max_num_seqs), "--tensor-parallel-size", str(tensor),
+            "--pipeline-parallel-size", str(pipeline), "--distributed-executor-backend", "mp"]
+    if nodes > 1:
+        args += ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", master_addr,
+                 "--master-port", str(master_port)]
+    if gpu:
+        args += ["--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
+    if enforce_eager:
+        args.append("--enforce-eager")
+    if rank == 0:
+        args += ["--host", listen_host, "--port", str(listen_port)]
+    else:
+        args.append("--headless")
+    return args
+
+
+def serve_env(*, interface: str, address: str, gpu: bool, rdma_devices: list, kvcache_gib: int,
+              threads_bind: str) -> dict:
+    """One node's environment: the group's traffic on rail0 (gloo, and
+    NCCL on GPUs, over RDMA where the rails have devices), the CPU
+    engine's KV cache and thread binding."""
+    env = {"GLOO_SOCKET_IFNAME": interface, "VLLM_HOST_IP": address}
+    if gpu:
+        env["NCCL_SOCKET_IFNAME"] = interface
+        devices = [d for d in rdma_devices if d]
+        if devices:
+            env["NCCL_IB_HCA"] = ",".join(devices)
+        else:
+            env["NCCL_IB_DISABLE"] = "1"
+    else:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kvcache_gib)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind
+    return env
