@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
+        molecule test-scale lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -42,6 +42,18 @@ bundle: venv
 
 lab-up: prereqs venv bundle
 	$(BIN)/python tools/lab.py -i $(INVENTORY) up
+
+# The vLLM engine's wheels (its lock's) and the chat model as safetensors
+bundle-vllm: venv
+	$(BIN)/python tools/bundle.py vllm
+
+# The lab with the vLLM engine (its own inventory, outside make test's
+# budget): the same containers and stages, site.yml, then its verifier
+# (the openai SDK through the proxy, a second run changes nothing, a kill drill)
+lab-vllm: prereqs venv bundle bundle-vllm
+	$(BIN)/python tools/lab.py -i inventory/lab-vllm up
+	@$(call timed,ansible-playbook -i inventory/lab-vllm site.yml,site.yml on the vLLM lab)
+	@$(call timed,python -m pytest -q -p no:cacheprovider molecule/lab-vllm,the vLLM lab's verifier)
 
 lab-down: venv
 	$(BIN)/python tools/lab.py -i $(INVENTORY) down

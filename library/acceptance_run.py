@@ -65,6 +65,13 @@ options:
     description: Model name sent in the requests.
     type: str
     required: true
+  engine:
+    description: >-
+      The serving engine. llamacpp reports its timings; vllm only the OpenAI usage, so the rates come from its token
+      counts and the client's clock (time to the first token, then the tokens after it).
+    type: str
+    default: llamacpp
+    choices: [llamacpp, vllm]
   prompts:
     description: Functional prompts, each with name, kind (chat or completion), prompt, expect (words) and max_tokens.
     type: list
@@ -272,7 +279,8 @@ def soak(client, body, spec, sampler):
 
 def run(module):
     p = module.params
-    client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"])
+    client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"],
+                    usage_timings=p["engine"] == "vllm")
     sampler = Sampler(p["status_url"], p["sample_interval"], p["power_url"])
     sampler.start()
     failures = []
@@ -439,6 +447,7 @@ def main():
             "status_url": {"type": "str", "required": True},
             "power_url": {"type": "str", "default": ""},
             "model": {"type": "str", "required": True},
+            "engine": {"type": "str", "default": "llamacpp", "choices": ["llamacpp", "vllm"]},
             "prompts": {"type": "list", "elements": "dict", "required": True},
             "decode_tokens": {"type": "int", "default": 128},
             "concurrency": {"type": "int", "default": 4},

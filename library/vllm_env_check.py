@@ -10,10 +10,11 @@ module: vllm_env_check
 short_description: Check that a node's vLLM environment is exactly its lock and that vLLM imports
 description:
   - Lists the environment's distributions (C(pip list --format=json)) and
-    compares them with the lock the environment was installed from: every
-    locked distribution at its version, nothing else but pip's own.
-  - Imports vLLM's serve entry point and torch in the environment and
-    reports their versions.
+    compares them with the lock the environment was installed from. Every
+    locked distribution must be there at its version, and nothing else but pip's own.
+  - Imports vLLM's serve entry point, its compiled operators (vllm._C, which
+    need the node's libraries) and torch in the environment, and reports
+    their versions.
   - Fails naming the host, the environment and each difference, or the
     import's last line. Changes nothing; runs in check mode too.
 version_added: "0.1.0"
@@ -40,6 +41,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+env_id:
+  description: The environment's id as its mark (.twinrail-env.json, written when its install finished) says.
+  returned: success
+  type: str
 versions:
   description: vllm and torch as the environment imports them.
   returned: success
@@ -56,7 +61,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_env import LockError, differences, lock_pins
 
-IMPORT = ("import json, torch, vllm.entrypoints.cli.serve, vllm; "
+# the serve entry point, and vLLM's compiled operators (they need the
+# node's libraries: libnuma for the CPU build, the driver for CUDA's)
+IMPORT = ("import json, torch, vllm.entrypoints.cli.serve, vllm, vllm._C; "
           "print(json.dumps({'vllm': vllm.__version__, 'torch': torch.__version__}))")
 
 
@@ -74,6 +81,11 @@ def main() -> None:
     python = os.path.join(env, "bin", "python")
     if not os.path.isfile(python):
         module.fail_json(msg=f"{where}: {python} does not exist (the environment is not installed)")
+    try:
+        with open(os.path.join(env, ".twinrail-env.json"), encoding="utf-8") as handle:
+            mark = json.load(handle)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"{where}: no mark of a finished install ({exc}): install it again (the runtime stage)")
     try:
         with open(module.params["lock"], encoding="utf-8") as handle:
             pins = lock_pins(handle.read(), module.params["lock"])
@@ -94,7 +106,7 @@ def main() -> None:
         module.fail_json(msg=f"{where}: vLLM does not import (exit {rc}): {last[0].strip()}",
                          distributions=len(installed))
     versions = json.loads(out.strip().splitlines()[-1])
-    module.exit_json(changed=False, versions=versions, distributions=len(installed),
+    module.exit_json(changed=False, env_id=mark.get("env_id"), versions=versions, distributions=len(installed),
                      msg=f"{where}: {len(installed)} distributions, exactly the lock; vllm {versions['vllm']}, "
                          f"torch {versions['torch']} import")
 

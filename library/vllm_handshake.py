@@ -10,7 +10,7 @@ module: vllm_handshake
 short_description: Join every node in one gloo group over rail0 before vLLM loads a model
 description:
   - Runs a short script in the vLLM environment's Python on each node at once
-    (the play's hosts run the task together): the ranks meet at the master's
+    (the play's hosts run the task together). The ranks meet at the master's
     rail0 address, sum a value, move 4 MiB through an all_reduce and gather
     every rank's identity (host, environment id, vllm and torch versions,
     model revision).
@@ -65,7 +65,7 @@ EXAMPLES = r"""
   vllm_handshake:
     python: /opt/twinrail/vllm/current/bin/python
     address: 198.19.0.1
-    port: 29499
+    port: "{{ inference_service_vllm_handshake_port }}"
     world_size: 2
     rank: 1
     interface: ens1f0np0

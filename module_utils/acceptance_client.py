@@ -34,8 +34,23 @@ def filler(chars: int, seed: int) -> str:
     return "".join(parts)[:chars]
 
 
+def client_timings(usage: dict, started: float, first: float | None, ended: float) -> dict:
+    """llama-server's `timings` for an engine that gives only the OpenAI
+    usage (vLLM): the token counts are the server's, the rates the client's
+    clock (prompt: until the first token; decode: the tokens after it)."""
+    prompt_n, predicted_n = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    first = ended if first is None else first
+    return {"prompt_n": prompt_n, "predicted_n": predicted_n,
+            "prompt_per_second": prompt_n / (first - started) if first > started else 0.0,
+            "predicted_per_second": (predicted_n - 1) / (ended - first) if predicted_n > 1 and ended > first else 0.0,
+            "source": "usage and the client's clock"}
+
+
 class Client:
-    def __init__(self, url, user, password, validate_certs, timeout):
+    def __init__(self, url, user, password, validate_certs, timeout, usage_timings=False):
+        """usage_timings: the server gives no `timings` (vLLM): ask for the
+        usage in streams and derive them (client_timings)."""
+        self.usage_timings = usage_timings
         self.url = url.rstrip("/")
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self.context = ssl.create_default_context()
@@ -51,9 +66,13 @@ class Client:
 
     def post(self, path, body, timeout=None):
         """(status, json) whatever the status."""
+        started = time.monotonic()
         try:
             with self.open(path, body, timeout) as response:
-                return response.status, json.loads(response.read())
+                data = json.loads(response.read())
+                if self.usage_timings and "timings" not in data and data.get("usage"):
+                    data["timings"] = client_timings(data["usage"], started, None, time.monotonic())
+                return response.status, data
         except urllib.error.HTTPError as exc:
             data = exc.read()
             try:
@@ -65,6 +84,9 @@ class Client:
         """Stream a chat completion; on_token() per content chunk. Returns
         (text, last event, finished)."""
         text, last, finished = [], {}, False
+        started, first = time.monotonic(), None
+        if self.usage_timings:
+            body = dict(body, stream_options={"include_usage": True})
         with self.open("/v1/chat/completions", dict(body, stream=True), timeout) as response:
             for raw in response:
                 line = raw.decode(errors="replace").strip()
@@ -80,10 +102,13 @@ class Client:
                 choice = (event.get("choices") or [{}])[0]
                 content = (choice.get("delta") or {}).get("content")
                 if content:
+                    first = first or time.monotonic()
                     text.append(content)
                     on_token()
                 if choice.get("finish_reason"):
                     finished = True
+        if self.usage_timings and "timings" not in last and last.get("usage"):
+            last = dict(last, timings=client_timings(last["usage"], started, first, time.monotonic()))
         return "".join(text), last, finished
 
 

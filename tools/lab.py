@@ -118,6 +118,9 @@ def run_node(topo: Topology, node: Node, image: str) -> None:
     if node.memory_mb:
         # a node of its own size: the service's memory watermarks are shares of it
         argv += ["--memory", f"{node.memory_mb}m", "--memory-swap", f"{node.memory_mb}m"]
+    if node.shm_mb:
+        # a host's /dev/shm is half its memory; vLLM's ranks share their queues there
+        argv += ["--shm-size", f"{node.shm_mb}m"]
     argv += [image, *ENTRYPOINT[1:]]
     run(argv)
 
@@ -135,10 +138,11 @@ def ensure_nodes(topo: Topology, image: str) -> None:
                                for c in state["HostConfig"].get("CapAdd") or [])
                     == sorted(CAPABILITIES)
                     and state["HostConfig"].get("Memory", 0) == node.memory_mb * 2**20
+                    and (not node.shm_mb or state["HostConfig"].get("ShmSize", 0) == node.shm_mb * 2**20)
                     and (state["Config"].get("Entrypoint") or [])[:1] + (state["Config"].get("Cmd") or [])
                     == ENTRYPOINT)
             if not same:
-                log(f"{node.name}: recreating (image, address, capabilities, memory or boot changed)")
+                log(f"{node.name}: recreating (image, address, capabilities, memory, /dev/shm or boot changed)")
                 run(["docker", "rm", "--force", name])
                 state = None
             elif state["State"]["Paused"]:

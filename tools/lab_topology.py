@@ -67,6 +67,7 @@ class Node:
     address: str  # management IPv4 address, no prefix
     publish: list[str] = field(default_factory=list)
     memory_mb: int = 0  # the container's memory limit (its cgroup's), 0: none
+    shm_mb: int = 0  # the size of its /dev/shm, 0: Docker's (64 MiB)
 
 
 @dataclass
@@ -140,9 +141,13 @@ def topology_from_inventory(inv: dict) -> Topology:
         if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0 or 0 < memory < 1024:
             raise LabError(f"{name}: twinrail_lab_memory_mb: expected a whole number of MiB, at least 1024 "
                            f"(0 for no limit), got {memory!r}")
+        shm = hv.get("twinrail_lab_shm_mb", 0)
+        if not isinstance(shm, int) or isinstance(shm, bool) or shm < 0:
+            raise LabError(f"{name}: twinrail_lab_shm_mb: expected a whole number of MiB (0 for Docker's 64 MiB), "
+                           f"got {shm!r}")
         nodes.append(Node(name=name, role="master" if name in masters else "worker",
                           address=addr, publish=list(hv.get("twinrail_lab_publish", [])),
-                          memory_mb=memory))
+                          memory_mb=memory, shm_mb=shm))
         for item in hv.get("twinrail_rails") or []:
             rail = rails.setdefault(item["name"], Rail(item["name"]))
             rail.ends.append((name, item["interface"]))

@@ -1,0 +1,133 @@
+"""The lab with the vLLM engine (`make lab-vllm`, after site.yml converged
+inventory/lab-vllm): the service as OpenAI clients use it, through the
+proxy on the controller's published port (nginx -> twinrail-guard -> vLLM
+rank 0 -> rank 1 on the worker over rail0), with the real `openai` SDK; a
+second site.yml changes nothing and its handshake passes again; a kill
+drill (the worker's vLLM killed: the guard answers 503, the group meets
+again, the service comes back)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+INVENTORY = PROJECT / "inventory" / "lab-vllm"
+STATE = Path.home() / ".local" / "state" / "twinrail-lab"
+MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
+MODEL = "smollm2-135m-instruct-bf16"
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", re.M)
+FIGURES = Path(os.environ.get("TWINRAIL_FIGURES", "/tmp/twinrail-lab-vllm.json"))
+
+
+def node(container: str, *argv: str, check=True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check)
+
+
+def client(**kwargs) -> openai.OpenAI:
+    key = (STATE / "api-keys" / "lab-client").read_text().strip()
+    # the lab's certificate is self-signed: the SDK's own HTTP client, told so
+    return openai.OpenAI(base_url="https://127.0.0.1:8443/v1", api_key=key, max_retries=0,
+                         http_client=openai.DefaultHttpxClient(verify=False, timeout=120), **kwargs)
+
+
+def record(name: str, figures: dict) -> None:
+    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    data[name] = figures
+    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def site(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
+                           str(PROJECT / "site.yml"), *argv], capture_output=True, text=True, cwd=PROJECT, env=env,
+                          check=False, timeout=1800)
+
+
+def test_the_model_list_names_the_served_model():
+    assert [m.id for m in client().models.list().data] == [MODEL]
+
+
+def test_a_completion_through_the_proxy():
+    started = time.monotonic()
+    answer = client().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        max_tokens=16, temperature=0)
+    text = answer.choices[0].message.content
+    assert "Paris" in text, text
+    assert answer.usage.completion_tokens > 0
+    assert answer.system_fingerprint.endswith(tuple("0123456789abcdef")) and "pp2" in answer.system_fingerprint
+    record("completion", {"seconds": round(time.monotonic() - started, 2), "tokens": answer.usage.completion_tokens})
+
+
+def test_a_stream_through_the_proxy():
+    started, first, parts = time.monotonic(), None, []
+    stream = client().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count from one to ten in words."}],
+        max_tokens=48, temperature=0, stream=True, stream_options={"include_usage": True})
+    usage = None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.monotonic()
+            parts.append(chunk.choices[0].delta.content)
+        usage = chunk.usage or usage
+    ended = time.monotonic()
+    assert len(parts) > 5 and usage is not None and usage.completion_tokens == 48
+    assert "three" in "".join(parts).lower()
+    record("stream", {"ttft_s": round(first - started, 3),
+                      "decode_tps": round((usage.completion_tokens - 1) / (ended - first), 2)})
+
+
+def test_a_second_run_changes_nothing_and_shakes_hands_again():
+    run = site()
+    assert run.returncode == 0, run.stdout[-3000:]
+    changed = {host: int(n) for host, n in RECAP.findall(run.stdout)}
+    assert changed and all(n == 0 for n in changed.values()), changed
+    assert run.stdout.count("2 ranks joined") == 2, "the handshake's verdict, once a node"
+
+
+def test_the_worker_killed_gives_503_then_the_service_comes_back():
+    pid = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    killed = time.monotonic()
+    node(WORKER, "kill", "-KILL", pid)
+    refused = None
+    while time.monotonic() - killed < 30:
+        try:
+            client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say yes."}],
+                                             max_tokens=2)
+        except openai.APIStatusError as exc:
+            if exc.status_code == 503:
+                refused = time.monotonic() - killed
+                assert "worker unavailable" in exc.message or "recovering" in exc.message, exc.message
+                break
+        time.sleep(0.5)
+    assert refused is not None, "the guard never answered 503 after the worker's vLLM was killed"
+    back = None
+    while time.monotonic() - killed < 600:
+        try:
+            answer = client().chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            if answer.choices:
+                back = time.monotonic() - killed
+                break
+        except (openai.APIStatusError, openai.APIConnectionError):
+            pass
+        time.sleep(2)
+    assert back is not None, "the service did not come back within 600 s of the kill"
+    new = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    assert new != pid
+    record("kill_drill", {"refused_after_s": round(refused, 2), "back_after_s": round(back, 1)})
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _figures():
+    FIGURES.unlink(missing_ok=True)
+    yield
