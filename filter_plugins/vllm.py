@@ -16,7 +16,7 @@ name: vllm
 short_description: twinrail's filters for the vLLM engine
 description:
   - "C(twinrail_vllm_env_id): The environment's id from its lock's text and the Python version it is built for."
-  - "C(twinrail_vllm_parallel_problems): What is wrong with the tensor x pipeline sizes on these nodes (host -> GPUs) for the model (heads, kv_heads, layers)."
+  - "C(twinrail_vllm_parallel_problems): What is wrong with the tensor x pipeline sizes on these nodes (host -> GPUs) for the model (heads, kv_heads, layers), and eager mode with pipeline parallel without GPUs."
   - "C(twinrail_vllm_serve_args): One node's arguments to vLLM's serve, one shell-quoted string (rank 0 serves the API, the others run headless)."
   - "C(twinrail_vllm_serve_env): One node's environment for vLLM (rail0 for gloo and NCCL, the CPU engine's KV cache and binding)."
 """
@@ -26,12 +26,12 @@ def env_id(lock_text, python_version):
     return module_utils("vllm_env").env_id(str(lock_text), str(python_version))
 
 
-def parallel_problems(gpus, tensor, pipeline, model):
+def parallel_problems(gpus, tensor, pipeline, model, eager=False):
     model = model or {}
     try:
         return module_utils("vllm_engine").parallel_problems(
             tensor=int(tensor), pipeline=int(pipeline), gpus=dict(gpus), heads=model.get("heads"),
-            kv_heads=model.get("kv_heads"), layers=model.get("layers"))
+            kv_heads=model.get("kv_heads"), layers=model.get("layers"), eager=bool(eager))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"twinrail_vllm_parallel_problems: {exc}") from exc
 

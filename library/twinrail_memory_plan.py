@@ -72,6 +72,12 @@ options:
     description: The fraction of each GPU's memory the plan may use (twinrail_gpu_memory_utilization).
     type: float
     default: 0.9
+  kv_cache_gib_per_node:
+    description: >-
+      GiB of KV cache the engine takes on each node whatever the sequences need (vLLM without GPUs,
+      VLLM_CPU_KVCACHE_SPACE); counted instead of the sequences' cache. 0, the sequences' cache.
+    type: int
+    default: 0
   gguf_headers:
     description:
       - >-
@@ -140,6 +146,7 @@ ARGUMENT_SPEC = {
     "gpus": {"type": "dict", "default": {}},
     "cuda": {"type": "bool", "default": False},
     "gpu_utilization": {"type": "float", "default": 0.9},
+    "kv_cache_gib_per_node": {"type": "int", "default": 0},
     "gguf_headers": {"type": "list", "elements": "dict", "default": []},
     "gguf_where": {"type": "str", "default": ""},
 }
@@ -187,7 +194,7 @@ def judge(params: dict, warn) -> dict:
     gpus = ({host: discrete_gpus(facts) for host, facts in (params["gpus"] or {}).items()}
             if params["cuda"] else {})
     result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"],
-                  os_used, params["margin_pct"], gpus, utilization)
+                  os_used, params["margin_pct"], gpus, utilization, params["kv_cache_gib_per_node"] << 30)
     for warning in result.pop("warnings"):
         warn(f"preflight: {warning}")
     lines = [f"model figures from {source}"] + result.pop("lines")

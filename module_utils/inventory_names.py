@@ -26,7 +26,7 @@ TWINRAIL_VARIABLES = (
     "twinrail_gpu_count", "twinrail_gpu_mig", "twinrail_gpu_pcie_min_width", "twinrail_gpu_memory_utilization",
     # the lab's own (tools/lab.py, inventory/lab)
     "twinrail_lab_bundle_dir", "twinrail_lab_state_dir", "twinrail_lab_name", "twinrail_lab_mgmt_subnet",
-    "twinrail_lab_memory_mb", "twinrail_lab_publish",
+    "twinrail_lab_memory_mb", "twinrail_lab_shm_mb", "twinrail_lab_publish",
 )
 # set by one stage for the next (set_fact), never by a site
 STAGE_FACTS = ("rdma_network_active_rails", "rdma_network_check_pending")

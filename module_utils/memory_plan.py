@@ -40,7 +40,7 @@ def _gib(value: float) -> str:
 
 def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
          overhead: float, os_used_bytes: dict | None = None, margin_pct: float = 5,
-         gpus: dict | None = None, gpu_utilization: float = 0.9) -> dict:
+         gpus: dict | None = None, gpu_utilization: float = 0.9, kv_per_node_bytes: int = 0) -> dict:
     """Return {'nodes': {host: {...}}, 'lines': [...], 'failures': [...],
     'warnings': [...]}. With ``os_used_bytes`` (what each node uses
     without twinrail's service, measured as the guard counts it), a
@@ -59,15 +59,22 @@ def plan(model: dict, memory_bytes: dict, soft_pct: float, hard_pct: float,
     kv_elem = KV_TYPES[model["kv_type"]]
     kv = (int(model["layers"]) * int(model["kv_heads"]) * int(model["head_dim"]) * 2
           * kv_elem * int(model["context"]) * int(model["parallel"]))
-    total = weights + kv
     count = len(memory_bytes)
+    kv_line = (f"KV cache: {model['layers']} layers x {model['kv_heads']} kv heads x "
+               f"{model['head_dim']} head dim x 2 (K,V) x {kv_elem:g} bytes ({model['kv_type']}) x "
+               f"{model['context']} context x {model['parallel']} sequences = {_gib(kv)}")
+    if kv_per_node_bytes:
+        # an engine that takes a fixed cache a node whatever the sequences
+        # need (vLLM on CPUs: VLLM_CPU_KVCACHE_SPACE): that is what it holds
+        kv_line = (f"KV cache: the engine's own, {_gib(kv_per_node_bytes)} a node x {count} node(s) = "
+                   f"{_gib(kv_per_node_bytes * count)} (the sequences need {_gib(kv)})")
+        kv = kv_per_node_bytes * count
+    total = weights + kv
     share = total / count if count else total
     lines = [
         f"model {model['name']}: {params / 1e9:.4g} B params x {bits:.4g} bits / 8 x "
         f"{overhead:g} overhead = {_gib(weights)} of weights",
-        f"KV cache: {model['layers']} layers x {model['kv_heads']} kv heads x "
-        f"{model['head_dim']} head dim x 2 (K,V) x {kv_elem:g} bytes ({model['kv_type']}) x "
-        f"{model['context']} context x {model['parallel']} sequences = {_gib(kv)}",
+        kv_line,
         f"total {_gib(total)} over {count} node(s) = {_gib(share)} per node",
     ]
     nodes, failures, warnings = {}, [], []

@@ -19,7 +19,7 @@ def ranks_per_node(gpus: int) -> int:
 
 
 def parallel_problems(*, tensor: int, pipeline: int, gpus: dict, heads: int | None, kv_heads: int | None,
-                      layers: int | None) -> list[str]:
+                      layers: int | None, eager: bool = False) -> list[str]:
     """What is wrong with tensor x pipeline parallel on these nodes (host ->
     GPUs, in the group's order) for this model, each naming the setting,
     what it is and what it must be."""
@@ -43,6 +43,13 @@ def parallel_problems(*, tensor: int, pipeline: int, gpus: dict, heads: int | No
     if kv_heads and tensor > 1 and kv_heads % tensor and tensor % kv_heads:
         problems.append(f"inference_service_vllm_tensor_parallel: expected a divisor or a multiple of the model's "
                         f"{kv_heads} KV heads (twinrail_model.kv_heads), got {tensor}")
+    if eager and pipeline > 1 and not any(int(n or 0) for n in gpus.values()):
+        # vLLM's CPU runner allocates a later stage's receive buffers only in
+        # its compile warm-up, which eager mode skips: the first request then
+        # kills the group ("assert self.intermediate_tensors is not None")
+        problems.append("inference_service_vllm_eager: expected false with pipeline parallel on nodes without "
+                        f"GPUs (pipeline {pipeline}): vLLM's CPU engine gives a later stage no buffers in eager mode "
+                        "and its first request fails")
     if layers and pipeline > layers:
         problems.append(f"inference_service_vllm_pipeline_parallel: expected at most the model's {layers} layers "
                         f"(twinrail_model.layers), got {pipeline}")

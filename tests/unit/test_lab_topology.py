@@ -92,6 +92,22 @@ def test_bad_memory_limit_names_host_and_variable(inv, memory):
         lab_topology.topology_from_inventory(inv)
 
 
+@pytest.mark.parametrize("shm", ["1g", -1, True])
+def test_bad_shm_size_names_host_and_variable(inv, shm):
+    inv = copy.deepcopy(inv)
+    inv["_meta"]["hostvars"]["lab-master"]["twinrail_lab_shm_mb"] = shm
+    with pytest.raises(lab_topology.LabError, match=r"lab-master: twinrail_lab_shm_mb: expected a whole number of MiB"):
+        lab_topology.topology_from_inventory(inv)
+
+
+def test_the_vllm_lab_gives_its_nodes_a_host_sized_shm(inv):
+    inv = copy.deepcopy(inv)
+    assert {n.shm_mb for n in lab_topology.topology_from_inventory(inv).nodes} == {0}
+    for host in ("lab-master", "lab-worker1"):
+        inv["_meta"]["hostvars"][host]["twinrail_lab_shm_mb"] = 1024
+    assert {n.shm_mb for n in lab_topology.topology_from_inventory(inv).nodes} == {1024}
+
+
 def test_testinfra_reaches_the_nodes_with_the_labs_own_key_and_known_hosts():
     """testinfra builds its ssh command from ansible-inventory's untemplated
     variables: a Jinja expression there became a key file named "{{ ... }}",

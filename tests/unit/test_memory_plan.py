@@ -200,3 +200,19 @@ def test_the_node_memory_module_counts_the_service_apart_on_a_real_systemctl_sho
     total, units = node_memory_facts.service_bytes(text)
     assert units == ["twinrail-guard.service", "twinrail-lab-webhook.service", "twinrail-llama.service"]
     assert total == 13832192 + 9465856 + 602963968  # the firewall's "[not set]" counts nothing
+
+
+def test_an_engine_with_its_own_cache_a_node_is_planned_with_it():
+    """vLLM without GPUs takes VLLM_CPU_KVCACHE_SPACE a node whatever the
+    sequences need: the lab-vllm model in bf16 (16 bits) with 1 GiB a node."""
+    smol = model(params_b=0.1345, bits_per_param=16, layers=30, kv_heads=3, head_dim=64, context=2048,
+                 kv_type="bf16", parallel=4)
+    nodes = {"lab-master": 6 * GIB, "lab-worker1": 6 * GIB}
+    sequences = plan(smol, nodes, 85, 92, 1.2)
+    fixed = plan(smol, nodes, 85, 92, 1.2, kv_per_node_bytes=1 * GIB)
+    weights = 0.1345e9 * 2 * 1.2
+    assert fixed["nodes"]["lab-master"]["share_bytes"] == int((weights + 2 * GIB) / 2)
+    assert fixed["nodes"]["lab-master"]["share_bytes"] > sequences["nodes"]["lab-master"]["share_bytes"]
+    assert any(line.startswith("KV cache: the engine's own, 1.00 GiB a node x 2 node(s)") for line in fixed["lines"])
+    tight = plan(smol, {"a": 2 * GIB, "b": 2 * GIB}, 85, 92, 1.2, kv_per_node_bytes=2 * GIB)
+    assert tight["failures"] and "DOES NOT FIT" in "\n".join(tight["lines"])

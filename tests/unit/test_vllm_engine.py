@@ -112,3 +112,14 @@ def _filters_importable():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules["filter_plugins_vllm"] = module
+
+
+def test_eager_mode_with_pipeline_parallel_on_cpus_is_refused():
+    cpu = {"lab-master": None, "lab-worker1": None}
+    got = parallel_problems(tensor=1, pipeline=2, gpus=cpu, heads=9, kv_heads=3, layers=30, eager=True)
+    assert got == ["inference_service_vllm_eager: expected false with pipeline parallel on nodes without GPUs "
+                   "(pipeline 2): vLLM's CPU engine gives a later stage no buffers in eager mode and its first "
+                   "request fails"]
+    assert parallel_problems(tensor=2, pipeline=1, gpus=cpu, heads=4, kv_heads=1, layers=18, eager=True) == []
+    assert parallel_problems(tensor=1, pipeline=2, gpus={"a": 1, "b": 1}, heads=9, kv_heads=3, layers=30,
+                             eager=True) == []

@@ -13,7 +13,7 @@ import threading
 import time
 
 from twinrail.guard.memory import node_memory
-from twinrail.guard.procs import rpc_server_state, vllm_state
+from twinrail.guard.procs import VLLM_UNIT, rpc_server_state, unit_processes, vllm_state
 from twinrail.guard.web import _JSONHandler, log
 
 
@@ -52,6 +52,20 @@ def restart_rpc(address: str, rpc_port: int, wait: float = 25.0, proc: str = "/p
         time.sleep(0.25)
 
 
+def restart_vllm(address: str, proc: str = "/proc") -> dict:
+    """SIGKILL the node's vLLM (its unit's main process, the same account;
+    systemd stops the rest and starts it again, and it waits for rank 0 at
+    the rendezvous): the master's guard restarts the whole group."""
+    processes = unit_processes(VLLM_UNIT, proc)
+    if not processes:
+        return {"address": address, "ok": True, "problem": None, "pid": None}
+    try:
+        os.kill(processes[0]["pid"], signal.SIGKILL)
+    except OSError as exc:
+        return {"address": address, "ok": False, "problem": f"vLLM (pid {processes[0]['pid']}): {exc}"}
+    return {"address": address, "ok": True, "old_pid": processes[0]["pid"]}
+
+
 def run_agent(args) -> None:
     addresses = args.address
 
@@ -63,12 +77,12 @@ def run_agent(args) -> None:
             self.send_json(200, agent_status(addresses, args.rpc_port, args.engine))
 
         def do_POST(self):
-            if self.path != "/rpc/restart" or args.engine != "llamacpp":
+            if self.path != "/rpc/restart":
                 self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
                 return
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             address = self.connection.getsockname()[0]  # the rail it was asked over
-            result = restart_rpc(address, args.rpc_port)
+            result = restart_vllm(address) if args.engine == "vllm" else restart_rpc(address, args.rpc_port)
             log(f"agent: restart of the RPC server on {address} asked by {self.client_address[0]}: {result}")
             self.send_json(200 if result["ok"] else 500, result)
 

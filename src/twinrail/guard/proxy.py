@@ -39,6 +39,7 @@ class Guard:
                  drain_limit: float = 60.0, model: str = "", engine: str = "llamacpp"):
         self.workers = workers  # (host, rail address)
         self.engine, self.model = engine, model  # llamacpp or vllm; the served model's name
+        self.unavailable_since: float | None = None  # vLLM: since when the probe fails
         self.agent_port = agent_port
         self.upstream = upstream
         self.soft, self.hard = soft, hard
@@ -296,14 +297,19 @@ class Guard:
 
     def kill_llama(self, why: str = "hung after the workers came back") -> None:
         if self.engine == "vllm":
-            # the unit's main process (rank 0's API server): systemd stops the
-            # rest of its group and starts it again
+            # the whole group: a rank cannot rejoin a running group, so rank 0's
+            # unit (its main process: systemd stops the rest and starts it
+            # again) and every worker's, through its agent
             for process in unit_processes(VLLM_UNIT)[:1]:
                 try:
                     os.kill(process["pid"], signal.SIGKILL)
                     self.event("restart", f"vLLM (pid {process['pid']}) {why}: killed, systemd starts it again")
                 except OSError as exc:
                     self.event("restart failed", f"vLLM (pid {process['pid']}): {exc}")
+            for host, address in self.workers:
+                problem = self.restart_rpc(address)
+                self.event("restart" if problem is None else "restart failed",
+                           f"vLLM on {host}: {'killed, systemd starts it again' if problem is None else problem}")
             self.last_kill = time.monotonic()
             return
         for process in find_processes("llama-server"):
@@ -340,6 +346,15 @@ class Guard:
                 elif problem == "hung" and workers_ok \
                         and time.monotonic() - self.last_kill > self.restart_grace:
                     self.kill_llama()
+                elif self.engine == "vllm" and workers_ok:
+                    # a group that lost a rank does not form again by itself (the
+                    # others wait at the rendezvous or hold a broken group):
+                    # restarted whole once it stays unavailable past the grace
+                    self.unavailable_since = self.unavailable_since or time.monotonic()
+                    if time.monotonic() - max(self.unavailable_since, self.last_kill) > self.restart_grace:
+                        self.kill_llama(f"not available for {self.restart_grace:g} s with every worker up")
+                if problem is None:
+                    self.unavailable_since = None
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     # ---- serving on fewer rails
