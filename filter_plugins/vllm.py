@@ -18,6 +18,8 @@ description:
   - "C(twinrail_vllm_env_id): The environment's id from its lock's text and the Python version it is built for."
   - "C(twinrail_vllm_parallel_problems): What is wrong with the tensor x pipeline sizes on these nodes (host -> GPUs) for the model (heads, kv_heads, layers), and eager mode with pipeline parallel without GPUs."
   - "C(twinrail_vllm_serve_args): One node's arguments to vLLM's serve, one shell-quoted string (rank 0 serves the API, the others run headless)."
+  - "C(twinrail_vllm_group_problems): What is wrong with the group the nodes' journals show (host -> ranks from vllm_rank_facts): each rank once, rank 0 on the master, met at the rendezvous, weights loaded."
+  - "C(twinrail_vllm_group_summary): One line naming each host's ranks and their pipeline and tensor ranks."
   - "C(twinrail_vllm_serve_env): One node's environment for vLLM (rail0 for gloo and NCCL, the CPU engine's KV cache and binding)."
 """
 
@@ -51,6 +53,14 @@ def serve_env(settings):
         raise AnsibleFilterError(f"twinrail_vllm_serve_env: {exc}") from exc
 
 
+def group_problems(by_host, master, rendezvous, tensor, pipeline):
+    return module_utils("vllm_ranks").group_problems(dict(by_host), master, rendezvous, int(tensor), int(pipeline))
+
+
+def group_summary(by_host):
+    return module_utils("vllm_ranks").summary(dict(by_host))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -58,4 +68,6 @@ class FilterModule:
             "twinrail_vllm_parallel_problems": parallel_problems,
             "twinrail_vllm_serve_args": serve_args,
             "twinrail_vllm_serve_env": serve_env,
+            "twinrail_vllm_group_problems": group_problems,
+            "twinrail_vllm_group_summary": group_summary,
         }
