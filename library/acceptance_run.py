@@ -125,7 +125,7 @@ options:
     default: {seconds: 600, concurrency: 2, tokens: 64, window: 10, max_drift_pct: 20, max_memory_growth_pct: 2,
               electricity_price: 0}
   drill:
-    description: Failover drill, with enabled, interface (a rail interface of the master), sla (seconds) and recovery_timeout.
+    description: Failover drill, with enabled, interface (a rail interface of the master), sla (seconds), recovery_timeout and max_tokens (of the stream it interrupts, 4000 by default).
     type: dict
     default: {enabled: false}
   timeout:
@@ -394,7 +394,8 @@ def failover_drill(module, client, story, drill, sampler):
             sampler.token()
             first.set()
         try:
-            outcome["result"] = client.stream(dict(story, max_tokens=4000), token, timeout=300)
+            outcome["result"] = client.stream(dict(story, max_tokens=int(drill.get("max_tokens", 4000))), token,
+                                              timeout=300)
         except (OSError, ValueError) as exc:
             outcome["result"] = ("", {"error": str(exc)}, False)
         outcome["ended"] = time.monotonic()
