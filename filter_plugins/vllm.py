@@ -25,10 +25,12 @@ description:
 
 
 def env_id(lock_text, python_version):
+    """The environment's id: its lock's text and the node's Python version."""
     return module_utils("vllm_env").env_id(str(lock_text), str(python_version))
 
 
 def parallel_problems(gpus, tensor, pipeline, model, eager=False):
+    """What is wrong with tensor x pipeline on these nodes (host -> GPUs) for the model."""
     model = model or {}
     try:
         return module_utils("vllm_engine").parallel_problems(
@@ -39,6 +41,7 @@ def parallel_problems(gpus, tensor, pipeline, model, eager=False):
 
 
 def serve_args(settings):
+    """One node's arguments to vLLM's serve, shell-quoted for the unit."""
     try:
         args = module_utils("vllm_engine").serve_args(**settings)
     except TypeError as exc:
@@ -47,6 +50,7 @@ def serve_args(settings):
 
 
 def serve_env(settings):
+    """One node's environment for vLLM (rail0 for the group, the CPU engine's cache)."""
     try:
         return module_utils("vllm_engine").serve_env(**settings)
     except TypeError as exc:
@@ -54,10 +58,12 @@ def serve_env(settings):
 
 
 def group_problems(by_host, master, rendezvous, tensor, pipeline):
+    """What is wrong with the group the nodes' journals show (host -> ranks)."""
     return module_utils("vllm_ranks").group_problems(dict(by_host), master, rendezvous, int(tensor), int(pipeline))
 
 
 def group_summary(by_host):
+    """One line naming each host's ranks."""
     return module_utils("vllm_ranks").summary(dict(by_host))
 
 

@@ -194,7 +194,7 @@ def judge(params: dict, warn) -> dict:
     gpus = ({host: discrete_gpus(facts) for host, facts in (params["gpus"] or {}).items()}
             if params["cuda"] else {})
     result = plan(model, memory, params["soft_watermark_pct"], params["hard_watermark_pct"], params["overhead"],
-                  os_used, params["margin_pct"], gpus, utilization, params["kv_cache_gib_per_node"] << 30)
+                  os_used, params["margin_pct"], gpus, utilization, int(params.get("kv_cache_gib_per_node") or 0) << 30)
     for warning in result.pop("warnings"):
         warn(f"preflight: {warning}")
     lines = [f"model figures from {source}"] + result.pop("lines")
