@@ -30,7 +30,9 @@ options:
     type: path
     required: true
   runtime_root:
-    description: Directory of the runtime releases (with a current link).
+    description: >-
+      Directory of the runtime releases (with a current link): llama.cpp's builds (their manifest.json), or the vLLM
+      engine's environments (their .twinrail-env.json).
     type: path
     required: true
   weights_root:
@@ -172,7 +174,9 @@ def collect(module):
     guard = link_target(os.path.join(p["guard_root"], "current"))
     guard_sha256 = manifest_digest(os.path.join(p["guard_root"], guard, "twinrail-guard.pyz")) if guard else None
     release = link_target(os.path.join(p["runtime_root"], "current"))
-    manifest = read_json(os.path.join(p["runtime_root"], "current", "manifest.json")) if release else None
+    # a llama.cpp release's manifest, or the vLLM environment's mark
+    manifest = (read_json(os.path.join(p["runtime_root"], "current", "manifest.json"))
+                or read_json(os.path.join(p["runtime_root"], "current", ".twinrail-env.json"))) if release else None
     models = {}
     if os.path.isdir(p["weights_root"]):
         for model in sorted(os.listdir(p["weights_root"])):
