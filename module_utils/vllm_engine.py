@@ -37,6 +37,9 @@ def parallel_problems(*, tensor: int, pipeline: int, gpus: dict, heads: int | No
         problems.append(f"inference_service_vllm_tensor_parallel x inference_service_vllm_pipeline_parallel: "
                         f"expected {total} (the ranks: {len(per_node)} nodes x {max(per_node.values())}), "
                         f"got {tensor} x {pipeline} = {tensor * pipeline}")
+    if tensor > 1 and not heads:
+        problems.append(f"twinrail_model.heads: expected the model's attention heads (a whole number: tensor "
+                        f"parallel {tensor} must divide them), got none")
     if heads and heads % tensor:
         problems.append(f"inference_service_vllm_tensor_parallel: expected a divisor of the model's {heads} "
                         f"attention heads (twinrail_model.heads), got {tensor}")

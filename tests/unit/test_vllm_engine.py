@@ -40,6 +40,13 @@ def test_tensor_parallel_must_divide_the_heads():
     assert problems({"a": None, "b": None}, 2, 1, GEMMA) == []  # 4 heads, 1 KV head replicated
 
 
+def test_tensor_parallel_needs_the_heads_given():
+    got = problems({"a": None, "b": None}, 2, 1, {"layers": 30})
+    assert got == ["twinrail_model.heads: expected the model's attention heads (a whole number: tensor parallel 2 "
+                   "must divide them), got none"]
+    assert problems({"a": None, "b": None}, 1, 2, {"layers": 30}) == []
+
+
 def test_kv_heads_neither_divisor_nor_multiple():
     got = problems({"a": 3, "b": 3}, 6, 1, {"heads": 12, "kv_heads": 4, "layers": 24})
     assert got == ["inference_service_vllm_tensor_parallel: expected a divisor or a multiple of the model's 4 KV "
