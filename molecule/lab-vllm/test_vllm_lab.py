@@ -4,7 +4,8 @@ proxy on the controller's published port (nginx -> twinrail-guard -> vLLM
 rank 0 -> rank 1 on the worker over rail0), with the real `openai` SDK; a
 second site.yml changes nothing and its handshake passes again; a kill
 drill (the worker's vLLM killed: the guard answers 503, the group meets
-again, the service comes back)."""
+again, the service comes back); last, tensor parallel 2 on a model whose
+heads divide (Gemma 3 270M), then the inventory's pipeline parallel again."""
 
 from __future__ import annotations
 
@@ -127,6 +128,24 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
     new = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
     assert new != pid
     record("kill_drill", {"refused_after_s": round(refused, 2), "back_after_s": round(back, 1)})
+
+
+def test_tensor_parallel_2_on_gemma_then_pipeline_parallel_again():
+    run = site("--tags", "weights,service", "-e", "@" + str(Path(__file__).with_name("tensor-parallel.yml")))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "tensor 2 x pipeline 1" in run.stdout
+    assert "lab-master: rank 0 (pipeline 0, tensor 0" in run.stdout and "lab-worker1: rank 1 (pipeline 0, tensor 1" in run.stdout
+    started = time.monotonic()
+    # a plain completion: the GGUF this folder comes from carries no chat template
+    answer = client().completions.create(model="gemma3-270m-bf16", prompt="The capital of France is",
+                                         max_tokens=8, temperature=0)
+    assert "tp2" in answer.system_fingerprint and answer.usage.completion_tokens > 0
+    assert "Paris" in answer.choices[0].text, answer.choices[0].text
+    record("tensor_parallel", {"seconds": round(time.monotonic() - started, 2),
+                               "tokens": answer.usage.completion_tokens})
+    back = site("--tags", "weights,service")
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert [m.id for m in client().models.list().data] == [MODEL]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -38,6 +38,18 @@ def test_a_stopped_rank_makes_the_node_unavailable():
     assert state["problem"] == "vLLM (twinrail-vllm.service) has 1 of 3 processes stopped (pid 2592)"
 
 
+def test_a_node_whose_main_process_is_gone_is_unavailable(tmp_path):
+    """SIGKILL of the launcher: systemd stops the rest (up to its stop
+    timeout), and they still run meanwhile."""
+    for entry in (PROC / "worker-running").iterdir():
+        if entry.name != "2534":
+            shutil.copytree(entry, tmp_path / entry.name)
+    state = procs.vllm_state("198.19.0.2", str(tmp_path))
+    assert state == {"address": "198.19.0.2", "ok": False,
+                     "problem": "vLLM (twinrail-vllm.service): its main process is gone, 2 left stopping "
+                                "(pid 2591, 2592)"}
+
+
 def test_a_node_without_vllm(tmp_path):
     for entry in (PROC / "worker-running").iterdir():
         if procs.VLLM_UNIT not in (entry / "cgroup").read_text():

@@ -53,12 +53,18 @@ VLLM_UNIT = "twinrail-vllm.service"
 
 def vllm_state(address: str, proc: str = "/proc") -> dict:
     """A node's vLLM (headless on a worker): running, stopped (a paused
-    process stops the whole group's collectives), or gone."""
+    process stops the whole group's collectives), or gone. Its main process
+    is the launcher (bin/twinrail-vllm): once it is gone the rest are being
+    stopped by systemd (up to the unit's stop timeout), not serving."""
     processes = unit_processes(VLLM_UNIT, proc)
     if not processes:
         return {"address": address, "ok": False, "problem": f"vLLM ({VLLM_UNIT}) not running"}
+    main = next((p for p in processes if any(a.endswith("/twinrail-vllm") for a in p["argv"][:2])), None)
+    if main is None:
+        return {"address": address, "ok": False,
+                "problem": f"vLLM ({VLLM_UNIT}): its main process is gone, {len(processes)} left stopping "
+                           f"(pid {', '.join(str(p['pid']) for p in processes)})"}
     stopped = [p for p in processes if p["state"] not in ("R", "S", "D")]
-    main = processes[0]
     if stopped:
         return {"address": address, "pid": main["pid"], "ok": False,
                 "problem": f"vLLM ({VLLM_UNIT}) has {len(stopped)} of {len(processes)} processes "

