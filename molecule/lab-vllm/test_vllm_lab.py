@@ -89,6 +89,21 @@ def test_a_stream_through_the_proxy():
                       "decode_tps": round((usage.completion_tokens - 1) / (ended - first), 2)})
 
 
+def test_the_groups_rendezvous_is_open_on_the_rails_only():
+    """vLLM's rendezvous (inference_service_vllm_master_port) listens on the
+    master; the worker reaches it over rail0, the management network does not
+    (the firewall drops it)."""
+    listening = node(MASTER, "ss", "-Htln", "sport = :29500").stdout
+    assert "29500" in listening, "nothing listens on the rendezvous port"
+    probe = ("import socket; s = socket.create_connection(('{}', 29500), timeout=3); print('connected')")
+    over_rail = node(WORKER, "python3", "-c", probe.format("198.19.0.1"), check=False)
+    assert over_rail.stdout.strip() == "connected", over_rail.stderr
+    # from the controller, over the management network (the lab's own 198.18.0.0/24)
+    over_mgmt = subprocess.run([sys.executable, "-c", probe.format("198.18.0.10")], capture_output=True, text=True,
+                               check=False)
+    assert over_mgmt.returncode != 0 and "timed out" in over_mgmt.stderr, over_mgmt.stdout + over_mgmt.stderr
+
+
 def test_a_second_run_changes_nothing_and_shakes_hands_again():
     run = site()
     assert run.returncode == 0, run.stdout[-3000:]
