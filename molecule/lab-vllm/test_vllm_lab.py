@@ -5,7 +5,8 @@ rank 0 -> rank 1 on the worker over rail0), with the real `openai` SDK; a
 second site.yml changes nothing and its handshake passes again; a kill
 drill (the worker's vLLM killed: the guard answers 503, the group meets
 again, the service comes back); last, tensor parallel 2 on a model whose
-heads divide (Gemma 3 270M), then the inventory's pipeline parallel again."""
+heads divide (Gemma 3 270M), the same answer as its pipeline parallel 2,
+then the inventory's model and pipeline parallel again."""
 
 from __future__ import annotations
 
@@ -145,19 +146,35 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
     record("kill_drill", {"refused_after_s": round(refused, 2), "back_after_s": round(back, 1)})
 
 
+def gemma_completion() -> tuple[str, str]:
+    """Gemma's greedy completion of a fixed prompt: (fingerprint, text)."""
+    # a plain completion: the GGUF this folder comes from carries no chat template
+    answer = client().completions.create(model="gemma3-270m-bf16", prompt="The capital of France is",
+                                         max_tokens=8, temperature=0)
+    assert answer.usage.completion_tokens == 8 and answer.choices[0].text.strip()
+    return answer.system_fingerprint, answer.choices[0].text
+
+
 def test_tensor_parallel_2_on_gemma_then_pipeline_parallel_again():
-    run = site("--tags", "weights,service", "-e", "@" + str(Path(__file__).with_name("tensor-parallel.yml")))
+    """Gemma 3 270M split by tensor parallel 2 (each layer over both nodes),
+    then by pipeline parallel 2: the same greedy tokens either way (the split
+    changes where the work runs, not the answer); then the inventory's model
+    and pipeline parallel again."""
+    tensor_parallel = str(Path(__file__).parent / "vars" / "tensor-parallel.yml")
+    run = site("--tags", "weights,service", "-e", "@" + tensor_parallel)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "tensor 2 x pipeline 1" in run.stdout
     assert "lab-master: rank 0 (pipeline 0, tensor 0" in run.stdout and "lab-worker1: rank 1 (pipeline 0, tensor 1" in run.stdout
     started = time.monotonic()
-    # a plain completion: the GGUF this folder comes from carries no chat template
-    answer = client().completions.create(model="gemma3-270m-bf16", prompt="The capital of France is",
-                                         max_tokens=8, temperature=0)
-    assert "tp2" in answer.system_fingerprint and answer.usage.completion_tokens > 0
-    assert "Paris" in answer.choices[0].text, answer.choices[0].text
-    record("tensor_parallel", {"seconds": round(time.monotonic() - started, 2),
-                               "tokens": answer.usage.completion_tokens})
+    fingerprint_tp, text_tp = gemma_completion()
+    record("tensor_parallel", {"seconds": round(time.monotonic() - started, 2), "text": text_tp})
+    assert "tp2" in fingerprint_tp
+    run = site("--tags", "service", "-e", "@" + tensor_parallel, "-e", "inference_service_vllm_tensor_parallel=1",
+               "-e", "inference_service_vllm_pipeline_parallel=2")
+    assert run.returncode == 0, run.stdout[-3000:]
+    fingerprint_pp, text_pp = gemma_completion()
+    assert "pp2" in fingerprint_pp
+    assert text_tp == text_pp, (text_tp, text_pp)
     back = site("--tags", "weights,service")
     assert back.returncode == 0, back.stdout[-3000:]
     assert [m.id for m in client().models.list().data] == [MODEL]
