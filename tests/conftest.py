@@ -7,10 +7,13 @@ own InventoryManager, so the tests see variables exactly as a play does.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,15 @@ def module_process(module: Path, args: dict, workdir: Path, env: dict | None = N
     out = subprocess.run([sys.executable, "-c", boot, str(module), str(args_file)], capture_output=True, text=True,
                          check=False, env=env)
     return json.loads(out.stdout)
+
+
+@contextlib.contextmanager
+def loopback_server(handler):
+    """An HTTP server of ``handler`` on the loopback, in a thread: its port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()

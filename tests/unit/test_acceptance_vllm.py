@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, loopback_server
 
 from acceptance_client import Client, client_timings
 
@@ -39,10 +38,8 @@ class Replay(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     Replay.bodies = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replay)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with loopback_server(Replay) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_a_vllm_stream_gets_timings_from_its_usage(server):

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, loopback_server
 
 from twinrail.guard import agent as guard_agent
 from twinrail.guard import procs
@@ -81,10 +81,8 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def upstream():
     Upstream.asked, Upstream.status = [], 200
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    with loopback_server(Upstream) as port:
+        yield port
 
 
 def guard(port: int, engine: str, **options) -> guard_proxy.Guard:
