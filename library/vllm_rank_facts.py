@@ -9,7 +9,8 @@ DOCUMENTATION = r"""
 module: vllm_rank_facts
 short_description: Read which vLLM ranks a node runs, from its unit's journal since the unit started
 description:
-  - Reads the journal of the node's vLLM unit since its last start and returns
+  - Reads the journal of the node's vLLM unit since its last start (its
+    invocation, as the service's other journal readers do) and returns
     each rank it shows (rank, world size, the rendezvous it met at, its
     pipeline and tensor ranks, how long its weights took to load).
   - Changes nothing; runs in check mode too.
@@ -39,6 +40,7 @@ ranks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.unit_journal import since_start
 from ansible.module_utils.vllm_ranks import read_ranks
 
 
@@ -49,16 +51,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     unit, host = module.params["unit"], module.params["host"]
-    rc, since, err = module.run_command(["systemctl", "show", "-p", "ActiveEnterTimestamp", "--value", unit],
-                                        environ_update={"LC_ALL": "C"})
-    since = since.strip()
-    if rc != 0 or not since or since == "n/a":
-        module.fail_json(msg=f"service: {host}: {unit} has not started ({err.strip() or 'no start time'})")
-    rc, out, err = module.run_command(["journalctl", "--no-pager", "-o", "cat", "-u", unit, "--since", since],
-                                      environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        module.fail_json(msg=f"service: {host}: journalctl -u {unit}: {err.strip()}")
-    module.exit_json(changed=False, ranks=read_ranks(out), since=since)
+    journal = since_start(module, unit)
+    if not journal.invocation:
+        module.fail_json(msg=f"service: {host}: {unit} has not started (no invocation)")
+    if journal.rc != 0:
+        module.fail_json(msg=f"service: {host}: the journal of {unit}: {(journal.err or journal.text).strip()[-300:]}")
+    module.exit_json(changed=False, ranks=read_ranks(journal.text), invocation=journal.invocation)
 
 
 if __name__ == "__main__":

@@ -119,20 +119,27 @@ def test_an_environment_without_its_mark_fails(env_dir, capsys, monkeypatch):
     assert result["failed"] and "no mark of a finished install" in result["msg"]
 
 
+def journal_answers(invocation: str, text: str = ""):
+    """systemctl show and journalctl -o json as unit_journal.since_start asks
+    them; the journal's lines (a real -o cat capture) as journald's records."""
+    def answer(argv):
+        if argv[1] == "show":
+            return 0, f"InvocationID={invocation}\nInactiveExitTimestamp=Sun 2026-12-06 22:36:14 UTC\n", ""
+        return 0, "".join(json.dumps({"MESSAGE": line, "_SYSTEMD_INVOCATION_ID": invocation}) + "\n"
+                          for line in text.splitlines()), ""
+    return answer
+
+
 def test_the_rank_facts_read_the_journal_since_the_units_start(capsys, monkeypatch):
     journal = (VLLM / "journal" / "pp2-worker1-serving.txt").read_text()
-
-    def answer(argv):
-        if argv[0] == "systemctl":
-            return 0, "Sun 2026-12-06 22:36:14 UTC\n", ""
-        return 0, journal, ""
-
-    result, calls = run(vllm_rank_facts, {"host": "lab-worker1", "_ansible_check_mode": True}, answer, capsys,
-                        monkeypatch)
+    monkeypatch.setattr(vllm_rank_facts.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
+    result, calls = run(vllm_rank_facts, {"host": "lab-worker1", "_ansible_check_mode": True},
+                        journal_answers("inv-1", journal), capsys, monkeypatch)
     assert [(r["rank"], r["pp_rank"]) for r in result["ranks"]] == [(1, 1)]
-    assert calls[1][0][-2:] == ["--since", "Sun 2026-12-06 22:36:14 UTC"]
+    assert "_SYSTEMD_INVOCATION_ID=inv-1" in calls[1][0]
 
 
 def test_the_rank_facts_of_a_unit_never_started(capsys, monkeypatch):
-    result, _ = run(vllm_rank_facts, {"host": "lab-worker1"}, lambda argv: (0, "n/a\n", ""), capsys, monkeypatch)
-    assert result["failed"] and result["msg"] == "service: lab-worker1: twinrail-vllm.service has not started (no start time)"
+    monkeypatch.setattr(vllm_rank_facts.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
+    result, _ = run(vllm_rank_facts, {"host": "lab-worker1"}, journal_answers(""), capsys, monkeypatch)
+    assert result["failed"] and result["msg"] == "service: lab-worker1: twinrail-vllm.service has not started (no invocation)"

@@ -9,41 +9,34 @@ import struct
 
 from twinrail.guard.memory import _read
 
-def find_processes(name: str, proc: str = "/proc") -> list[dict]:
-    """Processes whose program is ``name``: pid, argv, state (R S D T Z ...)."""
-    found = []
+def _processes(proc: str = "/proc", with_cgroup: bool = False):
+    """Every process: pid, argv, state (R S D T Z ...) and, asked, the lines
+    of its cgroup file; a process gone while read is left out."""
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         try:
+            groups = _read(os.path.join(proc, entry, "cgroup")).splitlines() if with_cgroup else []
             with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
                 argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
             stat = _read(os.path.join(proc, entry, "stat"))
         except OSError:
             continue
-        if argv and os.path.basename(argv[0]) == name:
-            found.append({"pid": int(entry), "argv": argv, "state": stat.rpartition(")")[2].split()[0]})
-    return found
+        yield {"pid": int(entry), "argv": argv, "state": stat.rpartition(")")[2].split()[0]}, groups
+
+
+def find_processes(name: str, proc: str = "/proc") -> list[dict]:
+    """Processes whose program is ``name``: pid, argv, state (R S D T Z ...)."""
+    return [process for process, _ in _processes(proc) if process["argv"]
+            and os.path.basename(process["argv"][0]) == name]
 
 
 def unit_processes(unit: str, proc: str = "/proc") -> list[dict]:
     """The processes in a systemd unit's control group (cgroup v1 or v2),
     oldest (lowest pid) first: pid, argv, state. A program that renames
     itself (vLLM's processes set their titles) is still found."""
-    found = []
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        try:
-            groups = _read(os.path.join(proc, entry, "cgroup")).splitlines()
-            if not any(line.rpartition(":")[2].rstrip("/").endswith("/" + unit) for line in groups):
-                continue
-            with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
-                argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
-            stat = _read(os.path.join(proc, entry, "stat"))
-        except OSError:
-            continue
-        found.append({"pid": int(entry), "argv": argv, "state": stat.rpartition(")")[2].split()[0]})
+    found = [process for process, groups in _processes(proc, with_cgroup=True)
+             if any(line.rpartition(":")[2].rstrip("/").endswith("/" + unit) for line in groups)]
     return sorted(found, key=lambda p: p["pid"])
 
 
