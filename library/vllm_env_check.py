@@ -12,9 +12,14 @@ description:
   - Lists the environment's distributions (C(pip list --format=json)) and
     compares them with the lock the environment was installed from. Every
     locked distribution must be there at its version, and nothing else but pip's own.
-  - Imports vLLM's serve entry point, its compiled operators (vllm._C, which
-    need the node's libraries) and torch in the environment, and reports
-    their versions.
+  - Imports vLLM's serve entry point and torch in the environment, and
+    loads vLLM's compiled kernels the way vLLM does on this node (its
+    platform's import_kernels: on an x86-64 CPU the library of AVX-512 with
+    BF16, of AVX-512 or of AVX2 the CPU runs); reports their versions and
+    the kernel library the process mapped.
+  - A kernel library not mapped, or not the one the CPU's flags select,
+    fails; an import killed by a signal is named as one (SIGILL: the CPU
+    lacks an instruction, with the flags it lacks).
   - Fails naming the host, the environment and each difference, or the
     import's last line. Changes nothing; runs in check mode too.
 version_added: "0.1.0"
@@ -49,6 +54,11 @@ versions:
   description: vllm and torch as the environment imports them.
   returned: success
   type: dict
+kernels:
+  description: vLLM's kernel libraries the import mapped (e.g. C(_C_AVX2.abi3.so)).
+  returned: success
+  type: list
+  elements: str
 distributions:
   description: How many distributions the environment holds.
   returned: always
@@ -59,12 +69,16 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_env import LockError, differences, lock_pins
+from ansible.module_utils.vllm_env import IMPORT, LockError, cpuinfo_flags, differences, import_failure, \
+    kernels_verdict, lock_pins
 
-# the serve entry point, and vLLM's compiled operators (they need the
-# node's libraries: libnuma for the CPU build, the driver for CUDA's)
-IMPORT = ("import json, torch, vllm.entrypoints.cli.serve, vllm, vllm._C; "
-          "print(json.dumps({'vllm': vllm.__version__, 'torch': torch.__version__}))")
+
+def node_flags() -> list[str] | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return cpuinfo_flags(handle.read())
+    except OSError:
+        return None
 
 
 def main() -> None:
@@ -101,14 +115,21 @@ def main() -> None:
         module.fail_json(msg=f"{where} is not its lock ({len(problems)} difference(s)): {'; '.join(problems)}",
                          distributions=len(installed))
     rc, out, err = module.run_command([python, "-c", IMPORT], environ_update={"LC_ALL": "C"})
+    flags = node_flags()
     if rc != 0:
-        last = [ln for ln in err.splitlines() if ln.strip()][-1:] or ["no output"]
-        module.fail_json(msg=f"{where}: vLLM does not import (exit {rc}): {last[0].strip()}",
+        module.fail_json(msg=f"{where}: vLLM does not import ({import_failure(rc, err, flags)})",
                          distributions=len(installed))
-    versions = json.loads(out.strip().splitlines()[-1])
-    module.exit_json(changed=False, env_id=mark.get("env_id"), versions=versions, distributions=len(installed),
+    result = json.loads(out.strip().splitlines()[-1])
+    wrong = kernels_verdict(result, flags)
+    if wrong:
+        warned = [ln.strip() for ln in err.splitlines() if "Failed to import" in ln][-1:]
+        module.fail_json(msg=f"{where}: {wrong}{': ' + warned[0] if warned else ''}", distributions=len(installed))
+    versions = {"vllm": result["vllm"], "torch": result["torch"]}
+    module.exit_json(changed=False, env_id=mark.get("env_id"), versions=versions, kernels=result["kernels"],
+                     distributions=len(installed),
                      msg=f"{where}: {len(installed)} distributions, exactly the lock; vllm {versions['vllm']}, "
-                         f"torch {versions['torch']} import")
+                         f"torch {versions['torch']} import; kernels {', '.join(result['kernels'])} "
+                         f"({result['device']})")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible.module_utils.vllm_env import CPU_KERNELS_NEED, cpu_kernels, cpuinfo_flags
+
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
 # "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a
 # reader's note may follow as a comment
@@ -47,9 +49,10 @@ def parse_ibdev2netdev(text: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["device"], r["port"]))
 
 
-def read_host(sys_root: str = "/sys") -> dict:
+def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo") -> dict:
     """RDMA devices (/sys/class/infiniband) and ConnectX PCI functions (vendor
-    0x15b3; present before any RDMA driver is loaded), sorted."""
+    0x15b3; present before any RDMA driver is loaded), sorted; the CPU's
+    flags (/proc/cpuinfo), which the vLLM engine's CPU kernels need."""
     ib = os.path.join(sys_root, "class", "infiniband")
     devices = sorted(os.listdir(ib)) if os.path.isdir(ib) else []
     functions = []
@@ -62,7 +65,12 @@ def read_host(sys_root: str = "/sys") -> dict:
                         functions.append(address)
             except OSError:
                 continue
-    return {"rdma_devices": devices, "connectx_functions": functions}
+    try:
+        with open(cpuinfo, encoding="utf-8") as handle:
+            flags = cpuinfo_flags(handle.read())
+    except OSError:
+        flags = []
+    return {"rdma_devices": devices, "connectx_functions": functions, "cpu_flags": flags}
 
 
 def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
@@ -77,10 +85,12 @@ def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
     return out
 
 
-def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool) -> list[str]:
+def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engine_device: str | None = None) -> list[str]:
     """One sentence per host that does not match: hosts is {host:
     {architecture, gpus (count, None without nvidia-smi), rdma_devices,
-    connectx_functions}}; cuda and rdma are the build's switches."""
+    connectx_functions, cpu_flags}}; cuda and rdma are the build's
+    switches; engine_device "cpu" when the vLLM engine's lock is a CPU
+    build (its x86-64 kernels need the CPU's AVX2)."""
     failures = []
     for host in sorted(hosts):
         facts = hosts[host]
@@ -97,4 +107,11 @@ def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool) -> li
             why = "runtime_build_rdma is true" if rdma else f"twinrail_profile {profile} expects one"
             failures.append(f"{host}: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function "
                             f"(vendor {MELLANOX_VENDOR}) while {why}")
+        if engine_device == "cpu" and arch == "x86_64":
+            kernels = cpu_kernels(facts.get("cpu_flags") or [])
+            if kernels["library"] is None:
+                failures.append(f"{host}: the vLLM engine's lock is a CPU build whose x86-64 kernels need "
+                                f"{' and '.join(CPU_KERNELS_NEED)}; this CPU lacks {', '.join(kernels['missing'])} "
+                                "(/proc/cpuinfo flags) and would die of SIGILL; run llama.cpp on this node "
+                                "(inference_service_engine: llamacpp)")
     return failures

@@ -92,8 +92,8 @@ def test_a_connectx_function_without_its_driver_counts_as_rdma_hardware(tmp_path
     for address, vendor in (("0000:01:00.0", "0x15b3\n"), ("0000:00:02.0", "0x8086\n")):
         (tmp_path / "bus" / "pci" / "devices" / address).mkdir(parents=True)
         (tmp_path / "bus" / "pci" / "devices" / address / "vendor").write_text(vendor)
-    seen = read_host(str(tmp_path))
-    assert seen == {"rdma_devices": [], "connectx_functions": ["0000:01:00.0"]}
+    seen = read_host(str(tmp_path), str(tmp_path / "no-cpuinfo"))
+    assert seen == {"rdma_devices": [], "connectx_functions": ["0000:01:00.0"], "cpu_flags": []}
     hosts = host_facts({"n1": "x86_64"}, {"n1": seen}, {"n1": None})
     assert judge("x86-connectx", lookup.setting("x86-connectx", "expect"), hosts, False, True) == []
     hosts["n1"]["connectx_functions"] = []
@@ -167,3 +167,28 @@ def test_the_example_inventory_on_the_dgx_spark_profile_passes_the_controller_si
     assert "TASK [runtime_build : Check the source, the ISA flags and the mode on the controller]" in out
     first_contact = out.index("PLAY [Preflight | check the hosts and the memory plan]")
     assert "fatal:" not in out[:first_contact] and "port 1: Connection refused" in out[first_contact:]
+
+
+KERNELS = FIXTURES / "vllm" / "kernels"
+
+
+@pytest.mark.parametrize("capture", [
+    "cpuinfo_first_processor_dev_machine_amd_epyc_avx512_bf16.txt",
+    "lscpu_amd_epyc_7763_avx2_no_avx512_rust_serialization_benchmark_readme.txt",
+])
+def test_a_vllm_cpu_lock_refuses_an_x86_cpu_without_avx2(tmp_path, capture):
+    text = (KERNELS / capture).read_text()
+    (tmp_path / "cpuinfo").write_text(text)
+    seen = read_host(str(tmp_path), str(tmp_path / "cpuinfo"))
+    assert "avx2" in seen["cpu_flags"]
+    hosts = host_facts({"n1": "x86_64"}, {"n1": seen}, {"n1": None})
+    lab = lookup.setting("lab", "expect")
+    assert judge("lab", lab, hosts, False, False, "cpu") == []
+    # the same CPU without AVX2 (an older Atom or a VM that hides it)
+    hosts["n1"]["cpu_flags"] = [f for f in seen["cpu_flags"] if f != "avx2"]
+    assert judge("lab", lab, hosts, False, False, "cpu") == [
+        "n1: the vLLM engine's lock is a CPU build whose x86-64 kernels need avx2 and f16c; this CPU lacks avx2 "
+        "(/proc/cpuinfo flags) and would die of SIGILL; run llama.cpp on this node (inference_service_engine: "
+        "llamacpp)"]
+    # no lock, no such check
+    assert judge("lab", lab, hosts, False, False) == []

