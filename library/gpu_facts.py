@@ -55,7 +55,7 @@ gpu:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_facts import ParseError, parse_detail, parse_table
+from ansible.module_utils.gpu_facts import ParseError, has_table, parse_detail, parse_table
 from ansible.module_utils.gpu_health import parse_xids, smi_failure
 
 
@@ -84,7 +84,7 @@ def main() -> None:
     loaded = os.path.exists("/proc/driver/nvidia/version")
     rc, out, err = module.run_command([smi], environ_update={"LC_ALL": "C"})
     # a table with one GPU that did not answer still exits non-zero: the table is read, the GPU named
-    if rc != 0 and "Driver Version" not in out:
+    if rc != 0 and not has_table(out):
         module.fail_json(msg=f"gpu: {smi_failure(rc, err + chr(10) + out, loaded)}")
     try:
         gpu = parse_table(out + "\n" + err)

@@ -14,11 +14,11 @@ description:
     locked distribution must be there at its version, and nothing else but pip's own.
   - Imports vLLM's serve entry point and torch in the environment, and
     loads vLLM's compiled kernels the way vLLM does on this node (its
-    platform's import_kernels: on an x86-64 CPU the library of AVX-512 with
+    platform's import_kernels; on an x86-64 CPU the library of AVX-512 with
     BF16, of AVX-512 or of AVX2 the CPU runs); reports their versions and
     the kernel library the process mapped.
   - A kernel library not mapped, or not the one the CPU's flags select,
-    fails; an import killed by a signal is named as one (SIGILL: the CPU
+    fails; an import killed by a signal is named as one (SIGILL, the CPU
     lacks an instruction, with the flags it lacks).
   - Fails naming the host, the environment and each difference, or the
     import's last line. Changes nothing; runs in check mode too.

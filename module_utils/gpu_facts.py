@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpu_health import health_of
+from ansible.module_utils.gpu_health import health_of, quote_output
 
-_VERSIONS = re.compile(r"NVIDIA-SMI\s+(?P<smi>\S+)\s+Driver Version:\s+(?P<driver>\S+)\s+CUDA Version:\s+(?P<cuda>\S+)")
+# the table's header: "NVIDIA-SMI 565.57.01  Driver Version: 565.57.01  CUDA
+# Version: 12.7"; drivers from 610 on say "KMD Version:" and "CUDA UMD Version:"
+_VERSIONS = re.compile(r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?:Driver|KMD) Version:\s+(?P<driver>\S+)\s+"
+                       r"CUDA (?:UMD )?Version:\s+(?P<cuda>\S+)")
 # first line of a GPU's block: "|   0  NVIDIA GB10      Off |   0000000F:01:00.0 Off |   N/A |"
-_GPU = re.compile(r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:"
+# (Windows drivers print the driver model, WDDM or TCC, where Linux's print persistence)
+_GPU = re.compile(r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off|WDDM|TCC)\s*\|\s*(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:"
                   r"[0-9A-Fa-f]{2}\.\d)\s+(?P<disp>On|Off)\s*\|")
 # any row that opens a GPU's block, read or not: "|   3  ..." (a MIG device row has 4 numbers and no bus id)
 _GPU_ROW = re.compile(r"^\|\s+\d+\s+\S.*\|.*\|.*\|\s*$")
@@ -36,6 +40,9 @@ UNIFIED_MEMORY_PRODUCTS = ("NVIDIA GB10",)
 # what nvidia-smi prints instead of its table when it cannot work
 _FAILURES = ("NVIDIA-SMI has failed", "No devices were found", "Failed to initialize NVML",
              "Unable to determine the device handle", "GPU is lost", "Unknown Error")
+
+
+_HANDLE_WORDS = re.compile(r"Unable to (?:determine|detect) the device handle", re.IGNORECASE)
 
 
 class ParseError(ValueError):
@@ -56,8 +63,13 @@ def unified_memory(name: str, reading: str, form: str = "table") -> bool:
 
 
 def _quote(text: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " / ".join(lines)[-limit:] or "(no output)"
+    return quote_output(text, limit, _FAILURES)
+
+
+def has_table(text: str) -> bool:
+    """nvidia-smi printed its table (the header with its versions), in
+    either driver's words."""
+    return _VERSIONS.search(text) is not None
 
 
 def parse_table(text: str) -> dict:
@@ -70,11 +82,12 @@ def parse_table(text: str) -> dict:
     if not versions:
         said = [f for f in _FAILURES if f in text]
         raise ParseError(f"nvidia-smi printed no table (no 'NVIDIA-SMI ... Driver Version: ... CUDA Version: ...' "
-                         f"header){': it failed' if said else ''}: {_quote(text)}")
+                         f"or 'KMD Version: ... CUDA UMD Version: ...' header){': it failed' if said else ''}: "
+                         f"{_quote(text)}")
     lines = text.splitlines()
     gpus, problems = [], []
     for i, line in enumerate(lines):
-        if "Unable to determine the device handle" in line or "GPU is lost" in line:
+        if _HANDLE_WORDS.search(line) or "GPU is lost" in line:
             problems.append(f"nvidia-smi: {line.strip()}")
             continue
         match = _GPU.match(line)
@@ -281,8 +294,16 @@ def parse_detail(text: str) -> dict:
     attached = _number(head.get("Attached GPUs"))
     if attached is not None and attached != len(gpus):
         problems.append(f"nvidia-smi -q says {attached} GPU(s) attached and describes {len(gpus)}")
-    return {"driver_version": head.get("Driver Version"), "cuda_version": head.get("CUDA Version"),
+    return {"driver_version": _head_version(head, "KMD Version", "Driver Version"),
+            "cuda_version": _head_version(head, "CUDA UMD Version", "CUDA Version"),
             "attached": attached, "gpus": gpus, "problems": problems}
+
+
+def _head_version(head: dict, new: str, old: str) -> str | None:
+    """A version of -q's head by its new key, else its old one without the
+    note newer drivers add ("616.92 [Deprecated; ... Use KMD Version instead]")."""
+    value = head.get(new) or head.get(old)
+    return value.split("[", 1)[0].strip() or None if value else None
 
 
 def gpu_node_problems(host: str, facts: dict, expected_count: int | None = None, mig_allowed: bool = False,

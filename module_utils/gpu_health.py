@@ -140,6 +140,44 @@ def parse_xids(text: str) -> list[dict]:
     return out
 
 
+# NVLink's own Xids on recent GPUs (NVIDIA's Xid catalogue: 144 SAW, 145 RLW,
+# 146 TLW, 147 TREX, 148 NVLPW_CTRL, 149 NETIR, 150 MSE); each line says its
+# severity ("Fatal" or "Nonfatal"): a fatal one needs the GPU reset, a
+# nonfatal one was contained and is counted
+XID_NVLINK = {144: "NVLink SAW error", 145: "NVLink RLW error", 146: "NVLink TLW error", 147: "NVLink TREX error",
+              148: "NVLink NVLPW_CTRL error", 149: "NVLink NETIR error", 150: "NVLink MSE error"}
+# "45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"
+_CAUSE = re.compile(r"caused by previous Xid (?P<xid>\d+)")
+_NONFATAL = re.compile(r"\bNonfatal\b", re.IGNORECASE)
+
+
+def xid_severity(xid: dict, xids: list[dict] | None = None) -> tuple[str, str]:
+    """("refused"|"warned", why) for one Xid line, by NVIDIA's catalogue:
+    the Xids after which a GPU needs a reset, NVLink's by the severity its
+    line states, and a line that names the Xid that caused it (an Xid 45's
+    "caused by previous Xid 149") by that cause, read from the same bus's
+    line where the log has it."""
+    number = xid["xid"]
+    if number in XID_REFUSED:
+        return "refused", XID_REFUSED[number]
+    if number in XID_NVLINK:
+        if _NONFATAL.search(xid["text"]):
+            return "warned", f"{XID_NVLINK[number]}, nonfatal (contained; count them)"
+        return "refused", f"{XID_NVLINK[number]}, fatal"
+    cause = _CAUSE.search(xid["text"])
+    if cause and int(cause.group("xid")) != number:
+        number = int(cause.group("xid"))
+        earlier = [x for x in xids or [] if x["bus"] == xid["bus"] and x["xid"] == number]
+        if earlier:
+            verdict, why = xid_severity(earlier[-1])
+        elif number in XID_NVLINK:  # its own line, with its severity, is not in this log
+            verdict, why = "refused", f"{XID_NVLINK[number]}, its own line not in the log"
+        else:
+            verdict, why = xid_severity({"xid": number, "text": ""})
+        return verdict, f"caused by Xid {number} ({why})"
+    return "warned", "an application's fault or a contained error"
+
+
 def xid_problems(host: str, xids: list[dict], labels: dict) -> tuple[list[str], list[str]]:
     """(refusals, warnings) for a node's Xid lines since boot, one per GPU
     and Xid (the newest line quoted). ``labels``: bus -> the GPU's label;
@@ -152,11 +190,11 @@ def xid_problems(host: str, xids: list[dict], labels: dict) -> tuple[list[str], 
         count = sum(1 for x in xids if (x["bus"], x["xid"]) == (bus, number))
         label = labels.get(bus) or f"{host}: the GPU at {bus} (nvidia-smi does not list it)"
         said = f"{label}: Xid {number} in the kernel log since boot ({count}x, newest: {xid['line']})"
-        if number in XID_REFUSED:
-            refused.append(f"{said}: {XID_REFUSED[number]}; the GPU needs a reset or a reboot (and a replacement "
-                           f"if it comes back)")
+        verdict, why = xid_severity(xid, xids)
+        if verdict == "refused":
+            refused.append(f"{said}: {why}; the GPU needs a reset or a reboot (and a replacement if it comes back)")
         else:
-            warned.append(f"{said}: an application's fault or a contained error")
+            warned.append(f"{said}: {why}")
     return refused, warned
 
 
@@ -178,8 +216,25 @@ def node_health(host: str, facts: dict) -> tuple[list[str], list[str]]:
     return refused + more[0], warned + more[1]
 
 
-_HANDLE = re.compile(r"Unable to determine the device handle for GPU\s*(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:"
-                     r"[0-9A-Fa-f]{2}\.\d): (?P<why>[^\n]+)")
+# "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error";
+# newer drivers name the GPU's index too ("for GPU1: 0000:34:00.0: ..."),
+# some print "gpu" or no space before the bus id
+_HANDLE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*(?:\d+:\s*)?"
+                     r"(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d): (?P<why>[^\n]+)", re.IGNORECASE)
+
+
+def quote_output(text: str, limit: int = 300, keep: tuple[str, ...] = ()) -> str:
+    """A tool's output on one line, its lines joined by " / ": whole when
+    short, else the lines that contain one of ``keep`` (what names the
+    failure) followed by the tail that fits."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    joined = " / ".join(lines)
+    if len(joined) <= limit:
+        return joined or "(no output)"
+    named = [line for line in lines if any(k.lower() in line.lower() for k in keep)]
+    head = " / ".join(named)
+    room = max(limit - len(head) - 5, 80)
+    return (head + " / ... " if head else "... ") + joined[-room:]
 
 
 def smi_failure(rc: int, text: str, module_loaded: bool) -> str:
@@ -187,7 +242,7 @@ def smi_failure(rc: int, text: str, module_loaded: bool) -> str:
     the right place: one GPU that did not answer (by its bus id), no GPU
     the loaded driver can drive, no driver, or a driver upgraded under
     the running one."""
-    said = " / ".join(line.strip() for line in text.splitlines() if line.strip())[-300:] or "(no output)"
+    said = quote_output(text, keep=("device handle",))
     handles = list(_HANDLE.finditer(text))
     if handles:
         buses = ", ".join(f"{m.group('bus')} ({m.group('why').strip()})" for m in handles)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from ..loader import module_utils
 from .inventory import InventoryError
 
 VAULT_FILE = Path("group_vars") / "cluster" / "vault.yml"
@@ -229,7 +230,7 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
             continue
         if expect.get("architecture") and box.get("machine") != expect["architecture"]:
             problems.append(f"{host}: architecture {box.get('machine')}, the profile expects {expect['architecture']}")
-        if expect.get("gpu") and "Driver Version" not in (box.get("gpu_table") or ""):
+        if expect.get("gpu") and not module_utils("gpu_facts").has_table(box.get("gpu_table") or ""):
             problems.append(f"{host}: no NVIDIA GPU answers nvidia-smi "
                             f"({(box.get('gpu_table') or 'nvidia-smi is not installed')[:200]}), the profile expects one")
         if rdma and not box.get("rdma"):
