@@ -89,8 +89,8 @@ degraded:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.tensor_split import (MIB, death_message, gpu_split_problems, measured_shares, parse_buffers,
-                                               split_problems)
+from ansible.module_utils.tensor_split import (MIB, death_message, gpu_split_problems, load_error_cause, measured_shares,
+                                               parse_buffers, split_problems)
 from ansible.module_utils.unit_journal import record_failures, since_start, unit_failures
 
 
@@ -119,7 +119,9 @@ def main() -> None:
     if crashed and not log["buffers"]:
         module.fail_json(msg=f"{where}: llama-server's process failed before it loaded: {'; '.join(crashed[-2:])}")
     if log["error"]:
-        module.fail_json(msg=f"{where}: llama-server failed to load the model: {log['error']}")
+        why = load_error_cause(log["error"])
+        module.fail_json(msg=f"{where}: llama-server failed to load the model: {log['error']}"
+                             + (f": {why}" if why else ""))
     if crashed:
         module.fail_json(msg=f"{where}: llama-server's process ended or was killed after it loaded the model: "
                              f"{'; '.join(crashed[-2:])}", buffers=log["buffers"])

@@ -221,14 +221,16 @@ def parse_pcie_link(text: str | None) -> dict | None:
     """Speed and width of a PCIe link, from lspci's LnkSta/LnkCap ("Speed
     32GT/s, Width x4") or from the form read_netdev keeps (sysfs's
     current_link_speed, "32.0 GT/s PCIe", and " x" + current_link_width).
-    None when either is missing or unknown (a veth, a link not trained)."""
+    None when the width is missing or x0 (a veth, a link not trained). A
+    speed lspci cannot name ("Speed unknown": an lspci older than the
+    link's generation) keeps the width, with ``gts`` None."""
     if not text:
         return None
     speed = re.search(r"(\d+(?:\.\d+)?)\s*GT/s", text)
     width = re.search(r"(?:Width\s+)?\bx(\d+)\b", text)
-    if not speed or not width or int(width.group(1)) == 0:
+    if not width or int(width.group(1)) == 0 or (not speed and "unknown" not in text.lower()):
         return None
-    gts = float(speed.group(1))
+    gts = float(speed.group(1)) if speed else None
     return {"gts": gts, "width": int(width.group(1)), "generation": PCIE_GENERATION.get(gts)}
 
 
@@ -236,7 +238,7 @@ def pcie_ceiling_gbps(text: str | None) -> float | None:
     """The most a device behind this PCIe link can move, in Gb/s: lanes x
     GT/s, less the encoding and the TLP overhead (PCIE_TLP_EFFICIENCY)."""
     link = parse_pcie_link(text)
-    if link is None:
+    if link is None or link["gts"] is None:
         return None
     encoding = 8 / 10 if link["gts"] <= 5.0 else 128 / 130
     return round(link["gts"] * link["width"] * encoding * PCIE_TLP_EFFICIENCY, 1)
@@ -293,12 +295,16 @@ def pcie_downgrade(current: str | None, capable: str | None) -> str | None:
     current_link_* against max_link_*, or lspci LnkSta against LnkCap);
     None when it trained fully or either side is unknown (a veth)."""
     cur, cap = parse_pcie_link(current), parse_pcie_link(capable)
-    if not cur or not cap or (cur["gts"] >= cap["gts"] and cur["width"] >= cap["width"]):
+    if not cur or not cap:
+        return None
+    # a speed lspci cannot name is not compared; the lanes still are
+    slower = cur["gts"] is not None and cap["gts"] is not None and cur["gts"] < cap["gts"]
+    if not slower and cur["width"] >= cap["width"]:
         return None
 
     def show(link: dict) -> str:
         gen = f"Gen{link['generation']} " if link["generation"] else ""
-        return f"{gen}x{link['width']} ({link['gts']:g} GT/s)"
+        return f"{gen}x{link['width']} ({link['gts']:g} GT/s)" if link["gts"] else f"x{link['width']} (speed unknown)"
     return f"PCIe link trained at {show(cur)}, below the {show(cap)} it is capable of: reseat the card or check the slot"
 
 

@@ -56,15 +56,29 @@ _RPC = re.compile(r"^RPC\d*\[(?P<endpoint>[^\]]+)\]$")
 # pipeline parallelism is what the retry gave up, not the load's failure
 _LOAD_FAILED = re.compile(r"(?:error loading model|failed to load model|unable to allocate|failed to allocate"
                           r"|failed to create context|failed to initialize the context|cudaMalloc failed"
-                          r"|exiting due to model loading error)[^\n]*")
+                          r"|exiting due to model loading error|RPC server version mismatch"
+                          r"|Failed to connect to \S*:\d+)[^\n]*")
+# what a load error means, by its words
+_LOAD_CAUSES = (
+    ("RPC server version mismatch", "the worker's rpc-server speaks another RPC protocol version than this "
+     "llama-server: both must come from the same runtime release (the runtime stage installs one on every node)"),
+    ("Failed to connect to :", "an RPC endpoint without a host: the --rpc list is malformed"),
+    ("Failed to connect to", "no rpc-server answered at that address: the worker's RPC server is not running, "
+     "listens elsewhere, or the rail or firewall drops it"),
+)
 _RETRY = re.compile(r"[^\n]*retrying without pipeline parallelism[^\n]*")
 # a process that dies: the CUDA backend's error ("CUDA error: an illegal
 # memory access was encountered", older "CUDA error 209 at ggml-cuda.cu:
 # 6951: no kernel image ..."), ROCm's, a failed assertion (GGML_ASSERT(x)
 # failed, older "GGML_ASSERT: file:line: x"), an uncaught C++ exception
+# and what other runtimes and backends die with: ROCm's HSA runtime
+# ("Callback: Queue 0x... aborting with error : HSA_STATUS_ERROR_..."), an
+# abort as the shell, Go's runtime (ollama) or systemd's wrapper print it
 _FATAL = re.compile(r"(?:CUDA error: \S[^\n]*|CUDA error \d+ at \S+: [^\n]+|ROCm error: \S[^\n]*"
                     r"|GGML_ASSERT\([^\n]*\) failed[^\n]*|GGML_ASSERT: [^\n]+"
-                    r"|terminate called after throwing an instance of [^\n]+)")
+                    r"|terminate called after throwing an instance of [^\n]+"
+                    r"|aborting with error : [^\n]+|HSA_STATUS_ERROR_\w+[^\n]*"
+                    r"|SIGABRT: abort|signal: aborted[^\n]*|\bAborted \(core dumped\))")
 _CURRENT_DEVICE = re.compile(r"current device: (?P<index>\d+)")
 # where: "current device: 1, in function ggml_cuda_op_mul_mat at .../ggml-cuda.cu:1621", else "file.cu:110: ..."
 _IN_FUNCTION = re.compile(r"in function (?P<function>\S+) at (?P<file>\S+:\d+)")
@@ -81,7 +95,15 @@ _CAUSES = (
     ("illegal memory access", "a kernel faulted on the GPU: a runtime bug, or a sick GPU (look for Xid lines "
      "in the kernel log and at nvidia-smi -q's ECC and remapped rows)"),
     ("GGML_ASSERT", "an assertion in llama.cpp failed: a runtime bug or a model this build does not support"),
+    ("DeviceLost", "the GPU was lost to the Vulkan backend (a hang or reset of the GPU: look at the kernel log)"),
     ("terminate called", "llama-server threw an error it did not handle"),
+    ("APERTURE_VIOLATION", "a kernel accessed memory outside the GPU's range (ROCm's illegal memory access): a "
+     "runtime bug, or a backend this GPU's architecture does not support"),
+    ("HSA_STATUS_ERROR", "ROCm's runtime stopped the process on a GPU error"),
+    ("abort", "the process aborted (a failed check in the runtime or its GPU backend); the lines before it say "
+     "which"),
+    ("Abort", "the process aborted (a failed check in the runtime or its GPU backend); the lines before it say "
+     "which"),
 )
 _UNITS = {"KiB": 1 << 10, "MiB": MIB, "GiB": 1 << 30}
 
@@ -233,6 +255,11 @@ def parse_buffers(text: str) -> dict:
     degraded = ({"line": _RETRY.search(lines[last_retry]).group(0).strip(), "given_up": given_up}
                 if retries and not error else None)
     return {"buffers": buffers, "error": error, "degraded": degraded, "fatal": _fatal(lines)}
+
+
+def load_error_cause(error: str) -> str | None:
+    """What a load error read by parse_buffers means, or None."""
+    return next((why for words, why in _LOAD_CAUSES if words in error), None)
 
 
 def _fatal(lines: list[str]) -> dict | None:

@@ -49,23 +49,51 @@ print(json.dumps({"rank": rank, "world_size": world, "sum": value.item(), "paylo
 # what must be equal on every rank (the rest of a rank's identity names it)
 SAME = ("env_id", "vllm", "torch", "model_revision")
 
-# a failure's cause from what gloo/c10d wrote (the last matching line wins)
+# a failure's cause from what gloo/c10d wrote (the last matching error line
+# wins), most specific first
 _CAUSES = (
-    (re.compile(r"timed out|Timed out|timeout", re.I), "the group did not form in time"),
+    (re.compile(r"connectFullMesh failed.*(?:timed out|timeout)", re.I),
+     "gloo's full mesh between the ranks did not connect in time"),
     (re.compile(r"Connection refused"), "connection refused"),
     (re.compile(r"No route to host|Network is unreachable"), "no route"),
     (re.compile(r"Address already in use|EADDRINUSE"), "the rendezvous port is in use"),
     (re.compile(r"Connection reset by peer|Connection closed by peer|Broken pipe"), "a peer went away"),
+    (re.compile(r"connectFullMesh failed"), "gloo's full mesh between the ranks did not connect"),
+    (re.compile(r"timed out|Timed out|timeout", re.I), "the group did not form in time"),
 )
+# what a line carries before its text: torchrun's "[rank0]: ", vLLM's
+# "(Worker pid=1) ", its "ERROR 03-26 09:15:56 [worker_base.py:620] "
+_PREFIX = re.compile(r"^(?:\[rank\d+\]:\s?|\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\)\s*"
+                     r"|(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:]+(?:\.\d+)? (?:\[[^\]]+\] |[\w.]+:\d+\] ))+")
+# a line that reports an error, as opposed to a traceback's frames and the
+# source lines it echoes ("timeout=timeout" is code, not a cause)
+_ERROR_LINE = re.compile(r"^(?:[\w.]+(?:Error|Exception|Timeout)(?:\([\w.]+\))?: |\[[EW]\S* |terminate called|"
+                         r"[\w.]*(?:Error|Exception)$)")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The lines of a failure's output that report an error, their
+    prefixes removed, in order; frames of a traceback and the source lines
+    a traceback echoes are left out."""
+    out = []
+    for raw in stderr.splitlines():
+        line = _PREFIX.sub("", raw.strip()).strip()
+        if _ERROR_LINE.match(line):
+            out.append(line)
+    return out
 
 
 def cause(stderr: str) -> str:
-    """The failure's cause in a few words, and the line it comes from."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for line in reversed(lines):
+    """The failure's cause in a few words, and the error line it comes
+    from (the traceback's source lines are never read as a cause)."""
+    errors = error_lines(stderr)
+    for line in reversed(errors):
         for pattern, words in _CAUSES:
             if pattern.search(line):
                 return f"{words} ({line[:300]})"
+    if errors:
+        return errors[-1][:300]
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     return lines[-1][:300] if lines else "no output"
 
 

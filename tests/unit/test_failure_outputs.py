@@ -189,6 +189,28 @@ def test_lspci_downgraded_links_are_named_and_full_ones_pass():
     assert node["19:00.0"] is None and node["1a:00.0"] is None  # the H100, the ConnectX-7
 
 
+def test_an_lspci_that_cannot_name_the_speed_still_compares_the_lanes():
+    """lspci older than Gen5 prints a ConnectX-7's LnkCap as "Speed unknown,
+    Width x16" (lshca issue 51); a ConnectX-7 PF trained at 16GT/s x8 of
+    32GT/s x16 and its VF with no link (kvm list). The width of an unknown
+    speed is kept: the lshca card's LnkCap with the kvm PF's narrowed LnkSta
+    (two real lines of two ConnectX-7 PFs) is a narrowed link."""
+    from rdma_link import parse_pcie_link, pcie_ceiling_gbps, pcie_downgrade  # pylint: disable=import-outside-toplevel
+
+    old_cap, full_sta = (FIXTURES / "hardware" / "lspci_connectx7_lnkcap_speed_unknown_old_pciutils_lshca_issue51.txt"
+                         ).read_text().splitlines()[:2]
+    assert parse_pcie_link(old_cap) == {"gts": None, "width": 16, "generation": None}
+    assert pcie_downgrade(full_sta, old_cap) is None and pcie_ceiling_gbps(old_cap) is None
+    kvm = _links((FIXTURES / "hardware" / "lspci-vvv_connectx7_mcx713106ac_pf_16GTs_x8_downgraded_vf_speed_unknown_"
+                  "kvm-list_20250728.txt").read_text())
+    (_, pf_cap, pf_sta), (_, vf_cap, vf_sta) = kvm
+    assert pcie_downgrade(pf_sta, pf_cap) == ("PCIe link trained at Gen4 x8 (16 GT/s), below the Gen5 x16 (32 GT/s) "
+                                              "it is capable of: reseat the card or check the slot")
+    assert parse_pcie_link(vf_sta) is None and pcie_downgrade(vf_sta, vf_cap) is None  # x0: no link of its own
+    assert pcie_downgrade(pf_sta, old_cap) == ("PCIe link trained at Gen4 x8 (16 GT/s), below the x16 (speed "
+                                               "unknown) it is capable of: reseat the card or check the slot")
+
+
 def test_rdma_link_facts_reads_ibv_devinfo_or_names_its_failure():
     """The module's reading of `ibv_devinfo -v -d DEV` on real outputs: a
     CX5 port's MTUs filled in; no device, or the tool failing, a problem

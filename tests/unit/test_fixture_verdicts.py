@@ -96,6 +96,14 @@ VERDICTS = {
         "llama-server_slot_print_timing_multiline_pid_prefix_pr23269.txt": TIMINGS,
         "llama-server_slot_print_timing_perline_timestamps_graphs_reused_pi-llama-pr19.txt": TIMINGS,
         "ollama-llama-runner_cuda_illegal_memory_access_after_load_issue-ollama10265.txt": FAILED,
+        # ROCm's HSA runtime, Vulkan's lost device, aborts as a shell, Go or systemd print them
+        "llama.cpp-gfx906_b7973_rocm6.4.3_hsa_aperture_violation_issue17.txt": FAILED,
+        "whisper.cpp_rocm7_strixhalo_hsa_aperture_violation_issue3576.txt": FAILED,
+        "llama-server_b7083_vulkan_intel_xe_devicelost_terminate_issue17334.txt": FAILED,
+        "llama-completion_vulkan_devicelost_gdb_tail_issue27849.txt": FAILED,
+        "ollama_rocm_invalid_device_function_memory_in_use_sigabrt_issue11380.txt": FAILED,
+        "llama.cpp_rocm_sdk_builder_gfx906_warmup_cannot_find_symbol_aborted_issue180.txt": FAILED,
+        "llama-server_snap_gemma4_llamacpp-rocm_gfx1103_signal_aborted_inference-snaps_issue337.txt": FAILED,
     },
 }
 # nvidia-smi's own failures (tests/fixtures/gpu/nvidia_smi_fail_*)

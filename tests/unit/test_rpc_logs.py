@@ -15,7 +15,7 @@ from conftest import FIXTURES
 
 import rpc_transport_facts
 from rpc_transport import parse_log, server_problem, transport_verdict
-from tensor_split import parse_buffers
+from tensor_split import load_error_cause, parse_buffers
 from twinrail.ctl import status
 from twinrail.guard import textfile
 
@@ -124,6 +124,18 @@ def test_the_loader_buffer_lines_in_each_naming_and_its_failure():
     failed = parse_buffers(read("client_alloc_failure_unable_to_allocate_RPC0__issue23858.txt"))
     assert failed["buffers"] == []
     assert failed["error"] == "failed to allocate RPC0[10.0.69.2:50052] buffer of size 193608946688"
+
+
+
+@pytest.mark.parametrize("name, error, words", [
+    ("client_rpc_version_mismatch_then_failed_to_connect__issue26392.txt", "RPC server version mismatch: 4.0.1",
+     "another RPC protocol version"),
+    ("client_failed_to_connect__issue12385.txt", "Failed to connect to :50052", "the --rpc list is malformed"),
+])
+def test_a_client_that_never_reached_its_rpc_servers_names_why(name, error, words):
+    log = parse_buffers(read(name))
+    assert log["buffers"] == [] and log["error"] == error
+    assert words in load_error_cause(log["error"])
 
 
 def test_a_refused_allocation_stands_until_a_client_comes_after_it():
