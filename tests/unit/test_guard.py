@@ -112,9 +112,12 @@ def free_port() -> int:
 
 
 class FakeLlama(http.server.BaseHTTPRequestHandler):
-    """Streams ``tokens`` SSE events ``delay`` s apart; hangs when hang is set."""
+    """Streams ``tokens`` SSE events ``delay`` s apart; hangs when hang is
+    set; when wedged is set its GETs (/slots: the main loop's) hang too, as
+    a llama-server whose loop is stuck does."""
     protocol_version = "HTTP/1.1"
     hang = threading.Event()
+    wedged = threading.Event()
     tokens, delay = 20, 0.1
 
     def log_message(self, *args):
@@ -122,7 +125,7 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        while self.hang.is_set():
+        while self.hang.is_set() or self.wedged.is_set():
             time.sleep(0.05)
         if not body.get("stream"):
             data = json.dumps({"content": "ok"}).encode()
@@ -137,7 +140,7 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for i in range(self.tokens):
-            while self.hang.is_set():
+            while self.hang.is_set() or self.wedged.is_set():
                 time.sleep(0.05)
             event = f"data: {json.dumps({'n': i})}\n\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
@@ -147,6 +150,8 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
 
 
     def do_GET(self):  # /v1/models, /slots, /metrics: what it was asked, and with which headers
+        while self.wedged.is_set():
+            time.sleep(0.05)
         data = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -499,3 +504,85 @@ def test_a_hung_llama_server_is_really_killed(cluster, monkeypatch):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """A guard with its stall watchdog on (no token for 1.5 s in flight, a
+    probe every 0.5 s idle) in front of FakeLlama; its kill_llama notes
+    the time (the test un-wedges the stand-in: systemd's restart)."""
+    FakeLlama.hang.clear()
+    FakeLlama.wedged.clear()
+    killed = []
+    with guard_on(monkeypatch, FakeLlama, stall_after=1.5, idle_probe=0.5) as (guard, proxy_port):
+        monkeypatch.setattr(guard, "kill_llama", lambda *_: killed.append(time.monotonic()))
+        yield guard, proxy_port, killed
+        FakeLlama.wedged.clear()
+        FakeLlama.hang.clear()
+
+
+def wait_for(predicate, timeout: float) -> float:
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout, "not within the time"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_an_engine_wedged_while_idle_is_found_refused_and_restarted(watched):
+    guard, port, killed = watched
+    FakeLlama.wedged.set()
+    found = wait_for(lambda: guard.stall is not None, 5)
+    assert found < 0.5 + 1.0 + 1.0  # the idle probe's period, its timeout, a turn of the monitor
+    conn, response = post(port, {"prompt": "hi"})
+    data = json.loads(response.read())
+    conn.close()
+    assert response.status == 503
+    assert data["error"]["message"] == ("recovering: llama-server stalled: its probe failed while idle (hung)")
+    assert len(killed) == 1 and guard.stalls == 1
+    FakeLlama.wedged.clear()  # systemd's new llama-server answers
+    wait_for(lambda: guard.refusal() is None and guard.stall is None, 5)
+    text = guard.metrics_text()
+    assert "twinrail_guard_engine_stalls_total 1" in text and "twinrail_guard_engine_stalled 0" in text
+    assert [e["event"] for e in guard.events if e["event"] in ("stall", "available")][-2:] == ["stall", "available"]
+
+
+def test_a_stream_whose_engine_wedges_ends_with_the_reason(watched):
+    guard, port, killed = watched
+    killed.clear()
+    conn, response = post(port, {"stream": True}, timeout=30)
+    assert response.readline().startswith(b"data: ")
+    FakeLlama.wedged.set()
+    started = time.monotonic()
+    last = b""
+    while line := response.readline():
+        if line.startswith(b"data: "):
+            last = line
+    conn.close()
+    ended = time.monotonic() - started
+    FakeLlama.wedged.clear()
+    assert b"stalled: no token relayed for" in last and b"its loop does not answer (hung)" in last, last
+    assert 1.5 < ended < 1.5 + 1.0 + 1.5 and len(killed) == 1
+
+
+def test_a_quiet_request_whose_loop_turns_is_no_stall(watched):
+    """No token for longer than stall_after (a long prompt's prefill), but
+    llama-server's loop answers /slots: no stall, nothing killed."""
+    guard, port, killed = watched
+    killed.clear()
+    FakeLlama.hang.set()  # the answer waits; /slots does not
+    result = {}
+
+    def ask():
+        conn, response = post(port, {"prompt": "a long prompt"}, timeout=30)
+        result["status"] = response.status
+        response.read()
+        conn.close()
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    time.sleep(4.0)
+    assert guard.stall is None and killed == [] and guard.stalls == 0
+    FakeLlama.hang.clear()
+    thread.join(10)
+    assert result["status"] == 200

@@ -67,7 +67,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 32 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 33 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -108,6 +108,32 @@ def test_a_lost_worker_fires_after_alert_for_and_not_before(tmp_path):
     early = rule_test(tmp_path, rules, [{"series": up, "values": "1 1 0 0 0 0 0"}],
                       [{"eval_time": "15s", "alertname": "TwinrailWorkerLost", "exp_alerts": firing}])
     assert early.returncode != 0
+
+
+def test_an_engine_stall_fires_at_once_and_clears_after_its_window(tmp_path):
+    """The guard's stall counter moves once (the watchdog restarted the
+    engine): the alert fires while the engine is taken as stalled and for
+    the window after, and a counter that never moved fires nothing."""
+    rules = render_rules(tmp_path, **LAB)
+    series = [{"series": f"twinrail_guard_engine_stalls_total{{{WORKER}}}", "values": "0 0 1x200"},
+              {"series": f"twinrail_guard_engine_stalled{{{WORKER}}}", "values": "0 0 1 1 0x200"}]
+    firing = [{"exp_labels": {"severity": "critical", "instance": "127.0.0.1:8081", "job": "guard", "node": "lab-master"},
+               "exp_annotations": {
+                   "summary": "the engine stalled on the master and was restarted by the guard",
+                   "description": "No token was relayed while requests were in flight and the engine's loop did not "
+                                  "answer, or its probe failed while idle (a wedged llama-server or vLLM: /health "
+                                  "may still say 200). The guard answered 503 with the reason and restarted it; "
+                                  "twinrail status and the guard's journal say why. Repeated stalls: read the GPU's "
+                                  "Xid lines and the engine's journal (docs/troubleshooting.md)."}}]
+    result = rule_test(tmp_path, rules, series,
+                       [{"eval_time": "5s", "alertname": "TwinrailEngineStalled", "exp_alerts": []},
+                        {"eval_time": "10s", "alertname": "TwinrailEngineStalled", "exp_alerts": firing},
+                        {"eval_time": "16m", "alertname": "TwinrailEngineStalled", "exp_alerts": []}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    quiet = rule_test(tmp_path, rules, [{"series": series[0]["series"], "values": "0x200"},
+                                        {"series": series[1]["series"], "values": "0x200"}],
+                      [{"eval_time": "10s", "alertname": "TwinrailEngineStalled", "exp_alerts": firing}])
+    assert quiet.returncode != 0
 
 
 def test_a_rail_left_out_is_serving_on_fewer_rails_not_a_lost_worker(tmp_path):

@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--keys", required=True, help="the API keys' digests (JSON); '' for none")
     proxy.add_argument("--queue-max", type=int, required=True,
                        help="requests waiting for a slot at most, past it 429; -1 for no cap")
+    proxy.add_argument("--stall-after", type=float, default=0.0,
+                       help="s without a token relayed while requests are in flight before the engine's loop is "
+                            "asked, and taken as stalled when it does not answer (0: off)")
+    proxy.add_argument("--idle-probe", type=float, default=0.0,
+                       help="s between the engine's probes while no request is in flight (0: off)")
     proxy.add_argument("--model", default="",
                        help="the served model's name: the label of the traffic's metrics (default unknown)")
     # serving on fewer rails (rails.py): all four, or none (every rail always serves)

@@ -248,6 +248,13 @@ def render(status: dict, refusals: dict[str, int], kv: dict | None, traffic: Tra
     out.family("twinrail_guard_available", "gauge",
                "1 when the guard passes new requests to llama-server (every worker up, memory under the "
                "soft watermark)", [({}, bool(status["available"]))])
+    out.family("twinrail_guard_engine_stalls", "counter",
+               "times the guard took the engine as stalled (no token while requests were in flight and its "
+               "loop silent, or its probe failing while idle) and restarted it",
+               [({}, status.get("stalls", 0))])
+    out.family("twinrail_guard_engine_stalled", "gauge",
+               "1 while the engine is taken as stalled, until its probe answers again",
+               [({}, bool(status.get("stalled")))])
     out.family("twinrail_guard_refusals", "counter", "requests the guard refused, by reason",
                [({"reason": reason}, refusals.get(reason, 0)) for reason in REFUSAL_REASONS])
     out.family("twinrail_guard_requests_active", "gauge", "generations passed to llama-server now",

@@ -27,6 +27,27 @@ from twinrail.guard.procs import VLLM_UNIT, find_processes, unit_processes
 from twinrail.guard.web import log
 
 
+# What the guard needs of each engine, in one place: its name in messages,
+# the one-token probe (a completion through the whole group), and how to ask
+# whether its loop still turns while requests are in flight without a token
+# (llama-server's /slots is answered by its main loop between batches, so a
+# wedged loop leaves it unanswered; vLLM's API server answers on its own,
+# so its loop is asked with the probe, which joins the running batch).
+ENGINES = {
+    "llamacpp": {"name": "llama-server", "probe": ("/completion", {"prompt": "ok", "n_predict": 1}),
+                 "loop": ("GET", "/slots", None)},
+    "vllm": {"name": "vLLM", "probe": ("/v1/completions", {"prompt": "ok", "max_tokens": 1}),
+             "loop": None},
+}
+
+
+def engine_facts(engine: str) -> dict:
+    """The engine's row of ENGINES; an engine without one is refused."""
+    if engine not in ENGINES:
+        raise SystemExit(f"twinrail-guard: --engine {engine!r}: the guard knows {', '.join(sorted(ENGINES))}")
+    return ENGINES[engine]
+
+
 class Guard:
     """The cluster's state, as the proxy sees it."""
 
@@ -36,9 +57,19 @@ class Guard:
                  keys: access.Keys | None = None, queue_max: int | None = None,
                  rails: list[rails_mod.Rail] | None = None, master_share: float | None = None,
                  degrade_after: float = 0.0, restore_after: float = 0.0, override: str | None = None,
-                 drain_limit: float = 60.0, model: str = "", engine: str = "llamacpp"):
+                 drain_limit: float = 60.0, model: str = "", engine: str = "llamacpp",
+                 stall_after: float = 0.0, idle_probe: float = 0.0):
         self.workers = workers  # (host, rail address)
         self.engine, self.model = engine, model  # llamacpp or vllm; the served model's name
+        self.facts = engine_facts(engine)
+        # the stall watchdog: no token relayed for stall_after s while requests
+        # are in flight (and the engine's loop does not answer), or the probe
+        # failing while idle, probed every idle_probe s (0: off)
+        self.stall_after, self.idle_probe = stall_after, idle_probe
+        self.last_progress = time.monotonic()  # a request admitted, or a token relayed
+        self.last_probe = time.monotonic()
+        self.stall: str | None = None  # why the engine is taken as stalled, until it answers again
+        self.stalls = 0
         self.unavailable_since: float | None = None  # vLLM: since when the probe fails
         self.agent_port = agent_port
         self.upstream = upstream
@@ -142,11 +173,14 @@ class Guard:
         return None
 
     def abort_reason(self) -> str | None:
-        """Why in-flight requests must end now (a worker is gone), or None."""
+        """Why in-flight requests must end now (a worker is gone, the engine
+        stalled), or None."""
         problems = self.serving_problems()
         if problems:
             return "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
-        return None
+        with self.lock:
+            stall = self.stall
+        return f"recovering: {stall}" if stall else None
 
     def status(self) -> dict:
         level, detail = self.memory_level()
@@ -160,6 +194,7 @@ class Guard:
                     "memory": self.memory, "memory_level": level, "memory_detail": detail,
                     "active": self.active, "waiting": self.waiting, "queue_max": self.queue_max,
                     "slots": self.limit(), "soft": self.soft, "hard": self.hard,
+                    "stalls": self.stalls, "stalled": self.stall,
                     "events": self.events[-20:]}
 
     def count_refusal(self, status: int, reason: str) -> None:
@@ -215,6 +250,11 @@ class Guard:
                 self.waiting -= 1
             self.active += 1
         return None
+
+    def progress(self) -> None:
+        """A request was admitted or a token relayed: the engine moves."""
+        with self.lock:
+            self.last_progress = time.monotonic()
 
     def release(self) -> None:
         with self.lock:
@@ -278,9 +318,9 @@ class Guard:
     def probe(self) -> str | None:
         """A one-token completion; None when it answered."""
         conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
-        name = "vLLM" if self.engine == "vllm" else "llama-server"
-        path, body = (("/v1/completions", {"model": self.model, "prompt": "ok", "max_tokens": 1})
-                      if self.engine == "vllm" else ("/completion", {"prompt": "ok", "n_predict": 1}))
+        name = self.facts["name"]
+        path, body = self.facts["probe"]
+        body = dict(body, model=self.model) if self.engine == "vllm" else body
         try:
             conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
             response = conn.getresponse()
@@ -294,6 +334,68 @@ class Guard:
             return f"{name} not answering ({exc})"
         finally:
             conn.close()
+
+    def loop_answers(self) -> str | None:
+        """None when the engine's loop answers within the probe's time,
+        else what it did (ENGINES' "loop": llama-server's /slots; vLLM's
+        probe)."""
+        if self.facts["loop"] is None:
+            return self.probe()
+        method, path, body = self.facts["loop"]
+        conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
+        try:
+            conn.request(method, path, body=body)
+            conn.getresponse().read()
+            return None
+        except (socket.timeout, TimeoutError):
+            return "hung"
+        except OSError as exc:
+            return f"{self.facts['name']} not answering ({exc})"
+        finally:
+            conn.close()
+
+    def stall_check(self) -> str | None:
+        """Why the engine is stalled, or None: no token relayed for
+        stall_after s while requests are in flight and its loop does not
+        answer (a long prompt's first token takes long, but its loop turns),
+        or, while idle, its probe failing (a failure while a worker was
+        lost is the worker's, and the monitor names it)."""
+        now = time.monotonic()
+        with self.lock:
+            active, quiet = self.active, now - self.last_progress
+        if active and self.stall_after > 0 and quiet > self.stall_after:
+            problem = self.loop_answers()
+            if problem is None:
+                self.progress()  # it turns: look again after another stall_after
+                return None
+            return (f"no token relayed for {quiet:.0f} s while {active} request(s) in flight, and its loop "
+                    f"does not answer ({problem})")
+        if active or self.idle_probe <= 0 or now - max(self.last_probe, self.last_progress) < self.idle_probe:
+            return None
+        self.last_probe = now
+        problem = self.probe()
+        if problem is None:
+            return None
+        if problem != "hung":
+            self.check_workers()
+            if self.serving_problems():
+                return None
+        return f"its probe failed while idle ({problem})"
+
+    def stalled(self, why: str) -> None:
+        """Refuse and end requests naming why, count it, restart the engine
+        in order (its main process; systemd brings it back, the probe sees
+        it answer)."""
+        name = self.facts["name"]
+        with self.lock:
+            self.stall = f"{name} stalled: {why}"
+            self.needs_probe = True
+            self.llama_problem = self.stall
+            self.stalls += 1
+            self.lock.notify_all()
+        self.event("stall", f"{name}: {why}")
+        if time.monotonic() - self.last_kill > self.restart_grace:
+            self.kill_llama(f"stalled ({why})")
 
     def kill_llama(self, why: str = "hung after the workers came back") -> None:
         if self.engine == "vllm":
@@ -331,18 +433,25 @@ class Guard:
             workers_ok = not self.serving_problems()
             with self.lock:
                 needs_probe = self.needs_probe
-            if workers_ok and needs_probe:
+            if workers_ok and not needs_probe:
+                why = self.stall_check()
+                if why:
+                    self.stalled(why)
+                    needs_probe = False  # probed again on the next turn, after the restart began
+            elif workers_ok and needs_probe:
                 problem = self.probe()
                 with self.lock:
                     if problem is None:
                         self.needs_probe = False
+                        self.stall = None
+                        self.last_progress = self.last_probe = time.monotonic()
                         self.lock.notify_all()
-                    else:
-                        self.llama_problem = f"llama-server: {problem}"
+                    elif self.stall is None:
+                        self.llama_problem = f"{self.facts['name']}: {problem}"
                 if problem is None:
                     degraded = self.degraded()
-                    self.event("available", f"llama-server answers, {degraded}" if degraded
-                               else "llama-server answers and every worker is up")
+                    self.event("available", f"{self.facts['name']} answers, {degraded}" if degraded
+                               else f"{self.facts['name']} answers and every worker is up")
                 elif problem == "hung" and workers_ok \
                         and time.monotonic() - self.last_kill > self.restart_grace:
                     self.kill_llama()
@@ -463,7 +572,7 @@ def run_proxy(args) -> None:
                   keys=access.Keys(args.keys or None), queue_max=args.queue_max if args.queue_max >= 0 else None,
                   rails=rails, master_share=master_share, degrade_after=args.degrade_after or 0.0,
                   restore_after=args.restore_after or 0.0, override=args.override, model=args.model,
-                  engine=args.engine)
+                  engine=args.engine, stall_after=args.stall_after, idle_probe=args.idle_probe)
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     server = http.server.ThreadingHTTPServer((args.listen_host, args.listen_port), make_proxy_handler(guard))
@@ -474,7 +583,9 @@ def run_proxy(args) -> None:
         f"queue {'unbounded' if guard.queue_max is None else guard.queue_max}; "
         + (f"a rail down {guard.degrade_after:g} s is left out, back after {guard.restore_after:g} s healthy "
            f"({args.override})" if rails and guard.degrade_after > 0 else "every rail always serves")
-        + (f"; now {guard.degraded()}" if guard.degraded() else ""))
+        + (f"; now {guard.degraded()}" if guard.degraded() else "")
+        + (f"; stall watchdog: no token for {guard.stall_after:g} s in flight, probe every {guard.idle_probe:g} s "
+           "idle" if guard.stall_after > 0 or guard.idle_probe > 0 else "; stall watchdog off"))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     server.serve_forever()
     stop.set()

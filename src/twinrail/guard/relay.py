@@ -44,6 +44,7 @@ def forward(handler, guard, body: bytes | None) -> None:
         except Exception as exc:  # noqa: BLE001 -- also what closing it under the read raises
             events.put(("error", exc))
 
+    guard.progress()  # admitted: the stall watchdog counts from here
     threading.Thread(target=read_upstream, daemon=True).start()
     streaming, buffered, status, out_headers = False, [], None, []
     try:
@@ -56,6 +57,8 @@ def forward(handler, guard, body: bytes | None) -> None:
                     end_with(handler, reason, streaming)
                     return
                 continue
+            if kind in ("head", "data"):
+                guard.progress()
             if kind == "head":
                 status = value.status
                 out_headers = [(k, v) for k, v in value.getheaders() if k.lower() not in HOP_BY_HOP]
