@@ -68,3 +68,30 @@ def test_wrong_sums_fail():
     bad = out.replace('"sum": 3.0', '"sum": 2.0')
     got = verdict(bad, rc, err, host="lab-master", rank=0, **WHERE)
     assert not got["ok"] and "expected 3 and 2" in got["msg"]
+
+
+FAILURES = FIXTURES / "vllm" / "handshake-failures"
+# capture -> the cause read: the error line's, never a traceback's echoed source ("timeout=timeout")
+CAUSES = {
+    "torch_gloo_new_group_connection_refused_echo_timeout_eq_timeout_pytorch108732.txt": "connection refused",
+    "torch_gloo_init_process_group_connectfullmesh_connect_timeout_dmlcloud47.txt":
+        "gloo's full mesh between the ranks did not connect in time",
+    "vllm_0.5.3_ray_multinode_gloo_connectfullmesh_echo_timeout_eq_timeout_issue6775.txt":
+        "gloo's full mesh between the ranks did not connect",
+    "vllm_0.8.x_serve_multinode_gloo_connectfullmesh_runtimeerror_issue15537.txt":
+        "gloo's full mesh between the ranks did not connect",
+    "vllm_0.8.x_dp_embed_diststoreerror_timed_out_waiting_for_clients_issue16334.txt": "the group did not form in time",
+    "vllm_ascend_0.11.2_ray_multinode_enginecore_failed_echo_timeout_eq_timeout_assertionerror_issue_ascend4456.txt":
+        "AssertionError: local_world_size (32) must be less than or equal to the number of visible devices (16).",
+}
+
+
+def test_every_failure_capture_has_its_cause():
+    assert {p.name for p in FAILURES.glob("*.txt")} == set(CAUSES)
+
+
+@pytest.mark.parametrize("name", sorted(CAUSES))
+def test_the_cause_is_read_from_the_error_line_not_the_echoed_source(name):
+    said = cause((FAILURES / name).read_text())
+    assert said.startswith(CAUSES[name]), said
+    assert "timeout=timeout" not in said
