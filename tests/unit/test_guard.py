@@ -118,6 +118,7 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     hang = threading.Event()
     wedged = threading.Event()
+    loading = threading.Event()  # answers 503 as llama-server does while it loads its model
     tokens, delay = 20, 0.1
 
     def log_message(self, *args):
@@ -127,6 +128,13 @@ class FakeLlama(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         while self.hang.is_set() or self.wedged.is_set():
             time.sleep(0.05)
+        if self.loading.is_set():
+            data = b'{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}'
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if not body.get("stream"):
             data = json.dumps({"content": "ok"}).encode()
             self.send_response(200)
@@ -586,3 +594,17 @@ def test_a_quiet_request_whose_loop_turns_is_no_stall(watched):
     FakeLlama.hang.clear()
     thread.join(10)
     assert result["status"] == 200
+
+
+def test_an_engine_that_answers_an_error_while_idle_is_down_not_stalled(watched):
+    """Restarting or loading (llama-server's 503 "Loading model"): 503 with
+    that until it answers, nothing killed, no stall counted."""
+    guard, _, killed = watched
+    killed.clear()
+    FakeLlama.loading.set()
+    try:
+        wait_for(lambda: (guard.refusal() or "").startswith("recovering: llama-server answered 503 (the guard's idle probe)"), 5)
+        assert killed == [] and guard.stalls == 0 and guard.stall is None
+    finally:
+        FakeLlama.loading.clear()
+    wait_for(lambda: guard.refusal() is None, 5)

@@ -358,8 +358,8 @@ class Guard:
         """Why the engine is stalled, or None: no token relayed for
         stall_after s while requests are in flight and its loop does not
         answer (a long prompt's first token takes long, but its loop turns),
-        or, while idle, its probe failing (a failure while a worker was
-        lost is the worker's, and the monitor names it)."""
+        or, while idle, its probe hanging. A probe refused or answered with
+        an error is an engine down, not stalled: 503 until it answers."""
         now = time.monotonic()
         with self.lock:
             active, quiet = self.active, now - self.last_progress
@@ -377,9 +377,13 @@ class Guard:
         if problem is None:
             return None
         if problem != "hung":
+            # not a stall: the engine refused or answered an error (restarting,
+            # loading, or its process gone: systemd starts it again); 503 with
+            # that until it answers, unless a lost worker is the reason
             self.check_workers()
-            if self.serving_problems():
-                return None
+            if not self.serving_problems():
+                self.upstream_failed(f"{problem} (the guard's idle probe)")
+            return None
         return f"its probe failed while idle ({problem})"
 
     def stalled(self, why: str) -> None:

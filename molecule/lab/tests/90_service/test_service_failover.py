@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-from lab_client import GUARD_PORT, MASTER, RPC_PORT, WORKER, chat, guard_sees, guard_status, hog, lab, memory, node, \
-    post, record, unhog, unit_argv, wait_available
+from lab_client import GUARD_PORT, MASTER, RPC_PORT, WORKER, chat, default, guard_sees, guard_status, hog, lab, memory, \
+    node, post, record, unhog, unit_argv, wait_available
 
 testinfra_hosts = ["ansible://master"]
 
@@ -239,3 +239,42 @@ def test_a_rail_that_stays_cut_turns_into_serving_on_the_other(host):
           f"{RESTORE_AFTER} s)")
     record("single-rail mode", {"serving_again_s": round(serving_again, 2), "tokens_per_s_one_rail": round(rate_one, 2),
                                 "tokens_per_s_both_rails": round(rate_both, 2), "back_on_both_s": round(back, 2)})
+
+
+def test_a_wedged_engine_on_the_master_is_found_and_restarted(host):
+    """The field's hang on the master while every worker is healthy:
+    llama-server stopped (SIGSTOP: its port still accepts, nothing
+    answers). The guard's idle probe finds it (within idle_probe +
+    probe_timeout), new requests get a 503 naming the stall, the guard
+    restarts llama-server itself and counts the stall; the service comes
+    back without anyone mending anything."""
+    idle_probe, probe_timeout = (default("inference_service_guard_idle_probe"),
+                                 default("inference_service_guard_probe_timeout"))
+    wait_available()
+    before = int(node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout)
+    stopped_at = time.monotonic()
+    node(MASTER, "kill", "-STOP", str(before))
+    try:
+        seen = ""
+        while time.monotonic() - stopped_at < idle_probe + probe_timeout + 10:
+            status, data = chat(timeout=probe_timeout + 15)
+            seen = data.get("error", {}).get("message", "") if status == 503 else seen
+            if "stalled" in seen:
+                break
+            time.sleep(0.5)
+        refused = time.monotonic() - stopped_at
+        assert seen.startswith("recovering: llama-server stalled: its probe failed while idle (hung)"), seen
+        assert refused < idle_probe + probe_timeout + 5, refused
+    finally:
+        node(MASTER, "kill", "-CONT", str(before), check=False)  # gone once the guard killed it
+    back = wait_available(since=stopped_at)
+    after = int(node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-llama.service").stdout)
+    assert after != before  # restarted by the guard, not resumed
+    metrics = node(MASTER, "python3", "-c", "import urllib.request as u; print(u.urlopen("
+                   f"'http://127.0.0.1:{GUARD_PORT}/twinrail/metrics', timeout=5).read().decode())").stdout
+    stalls = [line for line in metrics.splitlines() if line.startswith("twinrail_guard_engine_stalls_total ")]
+    assert stalls and float(stalls[0].split()[1]) >= 1, stalls
+    assert "\ntwinrail_guard_engine_stalled 0\n" in metrics
+    print(f"wedged llama-server: 503 naming the stall {refused:.1f} s after SIGSTOP (idle probe every "
+          f"{idle_probe} s, probe timeout {probe_timeout} s); serving again {back:.1f} s after it")
+    record("wedged engine on the master (SIGSTOP)", {"stall_503_s": round(refused, 2), "back_s": round(back, 2)})
