@@ -31,6 +31,7 @@ import base64
 import csv
 import hashlib
 import io
+import json
 import random
 import subprocess
 import sys
@@ -273,10 +274,12 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
     source, dtype = VLLM_MODELS[name]
     target = BUNDLE / "models" / name
     sums = target / "SHA256SUMS"
+    gguf = fetch_gemma() if source == GEMMA["name"] else fetch_model(source)
     if sums.exists() and all(sha256_file(target / rel) == digest
                              for digest, rel in (ln.split(None, 1) for ln in sums.read_text().splitlines())):
+        if carry_special_tokens(target, gguf):  # converted before the GGUF's BOS/EOS were carried over
+            write_sums(target)
         return target
-    gguf = fetch_gemma() if source == GEMMA["name"] else fetch_model(source)
     venv = BUNDLE / "vllm" / "convert"
     python = venv / "bin" / "python"
     if not python.exists():
@@ -286,12 +289,40 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *VLLM_CONVERT_EXTRA], check=True)
     partial = target.with_name(target.name + ".partial")
     subprocess.run([str(python), "-c", CONVERT, str(gguf.parent), gguf.name, dtype, str(partial)], check=True)
-    files = sorted(p for p in partial.rglob("*") if p.is_file())
-    (partial / "SHA256SUMS").write_text("".join(f"{sha256_file(p)}  {p.relative_to(partial)}\n" for p in files))
+    carry_special_tokens(partial, gguf)
+    write_sums(partial)
     if target.exists():
         subprocess.run(["rm", "-rf", str(target)], check=True)
     partial.rename(target)
     return target
+
+
+def write_sums(folder: Path) -> None:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
+    (folder / "SHA256SUMS").write_text("".join(f"{sha256_file(p)}  {p.relative_to(folder)}\n" for p in files))
+
+
+def carry_special_tokens(folder: Path, gguf: Path) -> bool:
+    """The converted tokenizer adds what the GGUF says llama.cpp adds
+    (module_utils/gguf_tokens.py): its post-processor and tokenizer_config's
+    add_bos_token/add_eos_token rewritten from the GGUF. True when that
+    changed a file."""
+    tokens = module_utils("gguf_tokens")
+    flags = tokens.special_token_flags(str(gguf))
+    changed = False
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    patched = tokens.with_special_tokens(data, flags)
+    if patched != data:
+        path.write_text(json.dumps(patched, ensure_ascii=False, indent=2), encoding="utf-8")
+        changed = True
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    wanted = {"add_bos_token": flags["add_bos"], "add_eos_token": flags["add_eos"]}
+    if any(config.get(key) != value for key, value in wanted.items()):
+        config_path.write_text(json.dumps({**config, **wanted}, ensure_ascii=False, indent=2), encoding="utf-8")
+        changed = True
+    return changed
 
 
 # Run in the converter's environment: load the GGUF with transformers

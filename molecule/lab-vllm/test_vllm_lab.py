@@ -146,6 +146,18 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
     record("kill_drill", {"refused_after_s": round(refused, 2), "back_after_s": round(back, 1)})
 
 
+TOKENIZE = PROJECT / "tests" / "fixtures" / "vllm" / "tokenize"
+
+
+def vllm_tokens(prompt: str, add_special: bool) -> list[int]:
+    """vLLM's own tokenization on the master (its /tokenize, on loopback)."""
+    body = json.dumps({"model": "gemma3-270m-bf16", "prompt": prompt, "add_special_tokens": add_special})
+    out = node(MASTER, "python3", "-c", "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:8080/tokenize', "
+               "data=sys.argv[1].encode(), headers={'Content-Type': 'application/json'}); "
+               "print(u.urlopen(r, timeout=30).read().decode())", body).stdout
+    return json.loads(out)["tokens"]
+
+
 def gemma_completion() -> tuple[str, str]:
     """Gemma's greedy completion of a fixed prompt: (fingerprint, text)."""
     # a plain completion: the GGUF this folder comes from carries no chat template
@@ -157,9 +169,10 @@ def gemma_completion() -> tuple[str, str]:
 
 def test_tensor_parallel_2_on_gemma_then_pipeline_parallel_again():
     """Gemma 3 270M split by tensor parallel 2 (each layer over both nodes),
-    then by pipeline parallel 2: the same greedy tokens either way (the split
-    changes where the work runs, not the answer); then the inventory's model
-    and pipeline parallel again."""
+    then by pipeline parallel 2: the unsplit model's greedy answer either
+    way (the split changes where the work runs, not the answer), its
+    tokenizer's ids llama.cpp's for the same prompts; then the inventory's
+    model and pipeline parallel again."""
     tensor_parallel = str(Path(__file__).parent / "vars" / "tensor-parallel.yml")
     run = site("--tags", "weights,service", "-e", "@" + tensor_parallel)
     assert run.returncode == 0, run.stdout[-3000:]
@@ -169,6 +182,12 @@ def test_tensor_parallel_2_on_gemma_then_pipeline_parallel_again():
     fingerprint_tp, text_tp = gemma_completion()
     record("tensor_parallel", {"seconds": round(time.monotonic() - started, 2), "text": text_tp})
     assert "tp2" in fingerprint_tp
+    # the converted tokenizer adds what the GGUF says (its BOS): the same ids as llama.cpp's /tokenize
+    for asked in json.loads((TOKENIZE / "llama-server_tokenize_gemma3-270m-q4_k_m.json").read_text()):
+        assert vllm_tokens(asked["content"], asked["add_special"]) == asked["answer"]["tokens"], asked["content"]
+    # the unsplit model's greedy answer (transformers, the same bf16 weights): a wrong split answers otherwise
+    reference = json.loads((TOKENIZE / "reference-greedy_gemma3-270m-bf16_transformers.json").read_text())
+    assert text_tp == reference["with_bos"], (text_tp, reference)
     run = site("--tags", "service", "-e", "@" + tensor_parallel, "-e", "inference_service_vllm_tensor_parallel=1",
                "-e", "inference_service_vllm_pipeline_parallel=2")
     assert run.returncode == 0, run.stdout[-3000:]
