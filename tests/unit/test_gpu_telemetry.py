@@ -60,17 +60,51 @@ def test_two_consumer_gpus_each_read_by_the_headers_order_and_units():
     assert first["power_limit_watts"] is None  # not asked in that query
 
 
+GB10_NAMED = "nvidia_smi_query_gpu_csv_na_memory_gb10_dgx_spark_unsloth_pr10703.txt"
+
+
 def test_a_gb10_reads_the_nodes_memory_as_its_own():
     meminfo = read_meminfo("/proc")
-    (got,) = read(GB10, meminfo)
+    (got,) = read(GB10_NAMED, meminfo)
+    assert got["name"] == "NVIDIA GB10" and got["broken"] == []
     assert got["memory_unified"] and got["memory_total_bytes"] == meminfo["MemTotal"]
     assert got["memory_used_bytes"] == meminfo["MemTotal"] - meminfo["MemAvailable"]
-    assert (got["power_watts"], got["temperature_celsius"], got["utilization_ratio"]) == (11.17, 35.0, 0.0)
     # without the node's memory, no figure at all (never a zero)
-    (bare,) = read(GB10)
+    (bare,) = read(GB10_NAMED)
     assert bare["memory_total_bytes"] is None and bare["memory_used_bytes"] is None and not bare["memory_unified"]
-    (memory_only,) = read("nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_memory_free_total_used_NA_header.txt", meminfo)
-    assert memory_only["memory_unified"] and memory_only["power_watts"] is None
+    # rows that do not name the GPU (queries without `name`; twinrail's own asks it): memory unknown, never the
+    # node's, the other figures read
+    for name in (GB10, "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_memory_free_total_used_NA_header.txt"):
+        (unnamed,) = read(name, meminfo)
+        assert not unnamed["memory_unified"] and unnamed["memory_total_bytes"] is None
+    assert read(GB10, meminfo)[0]["power_watts"] == 11.17
+
+
+def test_the_unified_rule_is_the_gpu_gates():
+    from gpu_facts import UNIFIED_MEMORY_PRODUCTS  # pylint: disable=import-outside-toplevel
+    assert gpu.UNIFIED_MEMORY_PRODUCTS == UNIFIED_MEMORY_PRODUCTS
+
+
+def test_a_gpu_that_needs_a_reset_is_broken_not_unsupported(tmp_path):
+    """[GPU requires reset] and [Unknown Error] are a GPU in error: its own
+    series, nvidia-smi not up; a discrete GPU whose memory is unread gets
+    no figure, never the node's memory."""
+    meminfo = read_meminfo("/proc")
+    (h100,) = read("nvidia_smi_query_gpu_csv_gpu_requires_reset_h100_slurm_gpu_crash_diagnosis_md.txt", meminfo)
+    assert h100["broken"] == ["temperature.gpu: [GPU requires reset]", "utilization.gpu: [GPU requires reset]"]
+    assert h100["temperature_celsius"] is None and not h100["memory_unified"] and h100["memory_total_bytes"] is None
+    (rtx,) = read("nvidia_smi_query_gpu_csv_unknown_error_power_default_limit_drv442.19_rtx2080ti_mindminer_issue627.txt")
+    assert rtx["broken"] == ["power.default_limit: [Unknown Error]"] and rtx["power_watts"] == 228.82
+    text = gpu.render([h100], 0, None, 1765000000.0)
+    assert "twinrail_gpu_smi_up 0\n" in text
+    assert ('twinrail_gpu_broken{gpu="0",bus_id="",name="",field="temperature.gpu",said="GPU requires reset"} 1'
+            in text)
+    promtool = Path(os.environ["PATH"].split(os.pathsep)[0]) / "promtool"
+    checked = subprocess.run([str(promtool), "check", "metrics"], input=text, capture_output=True, text=True,
+                             check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    healthy = gpu.render(read(LOADED[0][0]), 0, None, 1765000000.0)
+    assert "twinrail_gpu_smi_up 1\n" in healthy and "twinrail_gpu_broken{" not in healthy
 
 
 FAILURES = sorted([*(FIXTURES / "gpu").glob("nvidia_smi_fail_*.txt"), *TELEMETRY.glob("*noheader*.txt"),
@@ -88,7 +122,9 @@ def test_what_is_not_the_queried_csv_is_refused_quoting_it(path):
 
 
 def test_every_capture_is_read_or_refused_by_a_test():
-    read_ones = {name for name, *_ in LOADED} | {GB10,
+    read_ones = {name for name, *_ in LOADED} | {GB10, GB10_NAMED,
+                                                 "nvidia_smi_query_gpu_csv_gpu_requires_reset_h100_slurm_gpu_crash_diagnosis_md.txt",
+                                                 "nvidia_smi_query_gpu_csv_unknown_error_power_default_limit_drv442.19_rtx2080ti_mindminer_issue627.txt",
                                                  "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_memory_free_total_used_NA_header.txt",
                                                  "nvidia_smi_query_gpu_csv_2x_gtx1080ti_gtx1060_fan_mem_util_temp_power_clocks_header_units.txt"}
     captures = {p.name for p in TELEMETRY.glob("*.txt")}

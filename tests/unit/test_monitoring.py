@@ -67,7 +67,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 33 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 34 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -134,6 +134,29 @@ def test_an_engine_stall_fires_at_once_and_clears_after_its_window(tmp_path):
                                         {"series": series[1]["series"], "values": "0x200"}],
                       [{"eval_time": "10s", "alertname": "TwinrailEngineStalled", "exp_alerts": firing}])
     assert quiet.returncode != 0
+
+
+def test_a_gpu_in_error_fires_naming_the_field_and_a_healthy_one_does_not(tmp_path):
+    rules = render_rules(tmp_path, **LAB)
+    labels = 'instance="198.18.0.10:9100", job="node", node="lab-master", gpu="0", bus_id="00000000:23:00.0"'
+    series = [{"series": f'twinrail_gpu_broken{{{labels}, name="NVIDIA H100", field="temperature.gpu", '
+                         f'said="GPU requires reset"}}', "values": "1x10"}]
+    firing = [{"exp_labels": {"severity": "critical", "instance": "198.18.0.10:9100", "job": "node", "node": "lab-master",
+                              "gpu": "0", "bus_id": "00000000:23:00.0", "name": "NVIDIA H100", "field": "temperature.gpu",
+                              "said": "GPU requires reset"},
+               "exp_annotations": {
+                   "summary": "lab-master GPU 0 (00000000:23:00.0) is in error: temperature.gpu reads GPU requires reset",
+                   "description": "nvidia-smi reads the GPU as in error, not as a figure it does not report: a GPU "
+                                  "that needs a reset (an Xid before it: journalctl -k -b | grep Xid). Drain the node, "
+                                  "reset the GPU (nvidia-smi -r) or reboot; the next run's GPU gate refuses it until "
+                                  "then."}}]
+    result = rule_test(tmp_path, rules, series, [{"eval_time": "10s", "alertname": "TwinrailGpuBroken",
+                                                   "exp_alerts": firing}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    healthy = rule_test(tmp_path, rules, [{"series": f'twinrail_gpu_power_watts{{{labels}, name="NVIDIA H100"}}',
+                                           "values": "300x10"}],
+                        [{"eval_time": "10s", "alertname": "TwinrailGpuBroken", "exp_alerts": firing}])
+    assert healthy.returncode != 0
 
 
 def test_a_rail_left_out_is_serving_on_fewer_rails_not_a_lost_worker(tmp_path):

@@ -377,11 +377,21 @@ def test_each_gpu_shows_its_figures_as_the_telemetry_reads_them(cluster):
 
 def test_a_gb10_shows_the_nodes_memory_as_its_own():
     telemetry = REPO / "tests" / "fixtures" / "gpu-telemetry"
-    probe = {"query": (telemetry / "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_drv580.173.02_mem_NA_util_power_temp_"
-                                    "header_units.txt").read_text(),
+    probe = {"query": (telemetry / "nvidia_smi_query_gpu_csv_na_memory_gb10_dgx_spark_unsloth_pr10703.txt").read_text(),
              "meminfo": open("/proc/meminfo", encoding="ascii").read()}
     checks = []
     (figures,) = status.telemetry_by_index("spark-a", probe, lambda *c: checks.append(c)).values()
     assert not checks and figures["memory_unified"]
     line = status.figures(figures)
-    assert line.startswith(", memory (unified) ") and line.endswith(", busy 0 %, 11.17 W, 35 C"), line
+    assert line.startswith(", memory (unified) "), line
+
+
+def test_a_gpu_that_needs_a_reset_is_an_error():
+    telemetry = REPO / "tests" / "fixtures" / "gpu-telemetry"
+    probe = {"query": (telemetry / "nvidia_smi_query_gpu_csv_gpu_requires_reset_h100_slurm_gpu_crash_diagnosis_md.txt"
+                       ).read_text()}
+    checks = []
+    status.telemetry_by_index("gpu3", probe, lambda *c: checks.append(c))
+    assert checks == [("ERR", "gpu3", "gpu", "gpu3: GPU 0 is in error: nvidia-smi reads temperature.gpu: "
+                       "[GPU requires reset]; utilization.gpu: [GPU requires reset]: reset it (nvidia-smi -r) or "
+                       "reboot the node")]

@@ -274,8 +274,15 @@ def telemetry_by_index(name: str, probe: dict, check) -> dict:
         check("WARN", name, "gpu", f"{name}: the GPUs' figures: {exc}")
         return {}
     meminfo = parse_meminfo(probe.get("meminfo") or "")
-    return {g["gpu"]: {k: v for k, v in g.items() if k not in ("gpu", "bus_id", "name")}
-            for g in gpu_telemetry.telemetry(rows, meminfo or None)}
+    figures = gpu_telemetry.telemetry(rows, meminfo or None)
+    for g in figures:
+        if g["broken"]:
+            which = g["bus_id"] or g["name"]
+            check("ERR", name, "gpu", f"{name}: GPU {g['gpu']}{f' ({which})' if which else ''} is in error: "
+                                      f"nvidia-smi reads {'; '.join(g['broken'])}: reset it (nvidia-smi -r) or reboot "
+                                      "the node")
+    return {g["gpu"]: {k: v for k, v in g.items() if k not in ("gpu", "bus_id", "name", "broken")}
+            for g in figures}
 
 
 def figures(telemetry: dict | None) -> str:

@@ -27,9 +27,16 @@ from twinrail.guard.textfile import write_atomic
 
 QUERY = ("index", "pci.bus_id", "name", "memory.used", "memory.total", "utilization.gpu", "power.draw",
          "power.limit", "temperature.gpu", "ecc.errors.uncorrected.volatile.total")
-# what nvidia-smi prints for a field it cannot read on this GPU or driver
-NOT_READ = ("N/A", "Not Supported", "Requested functionality has been deprecated", "Unknown Error",
-            "Insufficient Permissions", "GPU requires reset", "")
+# what nvidia-smi prints for a field this GPU or driver does not report: no sample
+NOT_READ = ("N/A", "Not Supported", "Requested functionality has been deprecated", "Insufficient Permissions", "")
+# what it prints for a field of a GPU in error: that GPU is broken (its own
+# series, an alert, twinrail status ERR), never "not supported"
+BROKEN = ("GPU requires reset", "Unknown Error", "GPU is lost", "ERR!")
+# The GPUs whose memory is the CPU's (unified): their framebuffer reads
+# [N/A] and the node's memory is theirs. Any other GPU whose memory is not
+# read has unknown memory, never the node's. The same rule as the GPU gate's
+# (module_utils/gpu_facts.py UNIFIED_MEMORY_PRODUCTS; a test holds them equal).
+UNIFIED_MEMORY_PRODUCTS = ("NVIDIA GB10",)
 UNITS = ("MiB", "%", "W", "C", "MHz")
 # a header's column: the field's name, its unit in brackets where it has one
 FIELD = re.compile(r"^[a-z][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*( \[[^\]]+\])?$")
@@ -41,7 +48,7 @@ class QueryError(ValueError):
 
 def _cell(text: str) -> str | None:
     value = text.strip()
-    if value.strip("[]") in NOT_READ:
+    if value.strip("[]") in NOT_READ or value.strip("[]") in BROKEN:
         return None
     parts = value.rsplit(" ", 1)
     return parts[0] if len(parts) == 2 and parts[1] in UNITS else value
@@ -59,8 +66,11 @@ def _number(text: str | None) -> float | None:
 def parse_query(text: str) -> list[dict]:
     """``--query-gpu=... --format=csv`` with its header: one dict per GPU,
     by the query's field names (the header's units dropped), None for a
-    field not read. A command line echoed before it ("$ ...") is skipped."""
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("$ ")]
+    field not read; a GPU in error (a field reads "[GPU requires reset]",
+    "[Unknown Error]") also carries ``_broken``: field -> those words. A
+    command line echoed before it ("$ ...", "nvidia-smi ...") is skipped."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("$ ")
+             and not re.match(r"nvidia-smi(\.exe)?\s", line)]
     if not lines or not all(FIELD.match(column.strip()) for column in lines[0].split(",")):
         raise QueryError(f"nvidia-smi answered no CSV: {' '.join(text.split())[:300] or '(nothing)'}")
     names = [column.strip().split(" [", 1)[0] for column in lines[0].split(",")]
@@ -70,15 +80,22 @@ def parse_query(text: str) -> list[dict]:
         if len(cells) != len(names):
             raise QueryError(f"nvidia-smi answered a row of {len(cells)} fields for {len(names)} columns: "
                              f"{line.strip()[:300]}")
-        rows.append({name: _cell(cell) for name, cell in zip(names, cells)})
+        row = {name: _cell(cell) for name, cell in zip(names, cells)}
+        broken = {name: cell.strip().strip("[]") for name, cell in zip(names, cells)
+                  if cell.strip().strip("[]") in BROKEN}
+        if broken:
+            row["_broken"] = broken
+        rows.append(row)
     return rows
 
 
 def telemetry(rows: list[dict], meminfo: dict | None = None) -> list[dict]:
     """Each GPU's figures in base units (bytes, ratio, watts, °C), None
-    where not read. With no framebuffer figure and ``meminfo`` given
-    (the node's /proc/meminfo, in bytes), the memory is the node's:
-    unified, total = MemTotal, used = MemTotal - MemAvailable."""
+    where not read, and ``broken``: "field: words" of each field nvidia-smi
+    read as an error of the GPU. A GB10 (UNIFIED_MEMORY_PRODUCTS) with no
+    framebuffer figure and ``meminfo`` given (the node's /proc/meminfo, in
+    bytes) has the node's memory: unified, total = MemTotal, used =
+    MemTotal - MemAvailable; another GPU's unread memory stays unknown."""
     gpus = []
     for position, row in enumerate(rows):
         used, total = _number(row.get("memory.used")), _number(row.get("memory.total"))
@@ -89,11 +106,12 @@ def telemetry(rows: list[dict], meminfo: dict | None = None) -> list[dict]:
                "utilization_ratio": None, "power_watts": _number(row.get("power.draw")),
                "power_limit_watts": _number(row.get("power.limit")),
                "temperature_celsius": _number(row.get("temperature.gpu")),
-               "ecc_uncorrected_errors": _number(row.get("ecc.errors.uncorrected.volatile.total"))}
+               "ecc_uncorrected_errors": _number(row.get("ecc.errors.uncorrected.volatile.total")),
+               "broken": [f"{field}: [{words}]" for field, words in sorted((row.get("_broken") or {}).items())]}
         utilization = _number(row.get("utilization.gpu"))
         if utilization is not None:
             gpu["utilization_ratio"] = round(utilization / 100.0, 4)
-        if total is None and meminfo and "MemTotal" in meminfo:
+        if total is None and meminfo and "MemTotal" in meminfo and gpu["name"] in UNIFIED_MEMORY_PRODUCTS:
             gpu.update(memory_unified=True, memory_total_bytes=float(meminfo["MemTotal"]),
                        memory_used_bytes=float(meminfo["MemTotal"] - meminfo.get("MemAvailable",
                                                                                  meminfo.get("MemFree", 0))))
@@ -115,8 +133,9 @@ FIGURES = (
 def render(gpus: list[dict], xid_lines: int | None, error: str | None, now: float) -> str:
     """The exposition: a family per figure, a sample per GPU that reads it."""
     out = Exposition()
-    out.family("twinrail_gpu_smi_up", "gauge", "1 when nvidia-smi answered with every GPU's figures",
-               [({}, error is None)])
+    broken = [(g, field) for g in gpus for field in g.get("broken") or []]
+    out.family("twinrail_gpu_smi_up", "gauge", "1 when nvidia-smi answered with every GPU's figures (0 also when a "
+               "GPU reads as in error: twinrail_gpu_broken names it)", [({}, error is None and not broken)])
     if error is not None:
         out.family("twinrail_gpu_smi_error_info", "gauge", "what nvidia-smi said instead (1)",
                    [({"error": error[:200]}, 1)])
@@ -124,6 +143,10 @@ def render(gpus: list[dict], xid_lines: int | None, error: str | None, now: floa
     out.family("twinrail_gpu_info", "gauge", "a GPU nvidia-smi lists (1); memory=unified: no framebuffer, the node's "
                "memory is the GPU's", [(dict(lab, memory="unified" if g["memory_unified"] else "dedicated"), 1)
                                        for lab, g in zip(labels, gpus)])
+    out.family("twinrail_gpu_broken", "gauge", "a field nvidia-smi reads as an error of the GPU ('GPU requires "
+               "reset', 'Unknown Error'): the GPU is in error, not missing a figure (1)",
+               [({"gpu": g["gpu"], "bus_id": g["bus_id"], "name": g["name"], "field": field.split(":", 1)[0],
+                  "said": field.split(": ", 1)[1].strip("[]")}, 1) for g, field in broken])
     for key, help_text in FIGURES:
         out.family(f"twinrail_gpu_{key}", "gauge", help_text,
                    [(lab, g[key]) for lab, g in zip(labels, gpus) if g[key] is not None])
