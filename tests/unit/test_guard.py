@@ -570,7 +570,7 @@ def test_a_stream_whose_engine_wedges_ends_with_the_reason(watched):
     ended = time.monotonic() - started
     FakeLlama.wedged.clear()
     assert b"stalled: no token relayed for" in last and b"its loop does not answer (hung)" in last, last
-    assert 1.5 < ended < 1.5 + 1.0 + 1.5 and len(killed) == 1
+    assert 1.5 < ended < 1.5 + 1.5 + 1.5 and len(killed) == 1  # quiet for stall_after, the loop asked as long
 
 
 def test_a_quiet_request_whose_loop_turns_is_no_stall(watched):

@@ -336,13 +336,14 @@ class Guard:
             conn.close()
 
     def loop_answers(self) -> str | None:
-        """None when the engine's loop answers within the probe's time,
-        else what it did (ENGINES' "loop": llama-server's /slots; vLLM's
-        probe)."""
+        """None when the engine's loop answers, else what it did (ENGINES'
+        "loop": llama-server's /slots, answered between two batches, so it
+        is given stall_after s: a long prompt's batch may take longer than
+        the probe's time on a slow node; vLLM's probe)."""
         if self.facts["loop"] is None:
             return self.probe()
         method, path, body = self.facts["loop"]
-        conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
+        conn = http.client.HTTPConnection(*self.upstream, timeout=max(self.probe_timeout, self.stall_after))
         try:
             conn.request(method, path, body=body)
             conn.getresponse().read()
