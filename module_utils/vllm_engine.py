@@ -91,7 +91,9 @@ def serve_env(*, interface: str, address: str, gpu: bool, rdma_devices: list, kv
         env["NCCL_SOCKET_IFNAME"] = interface
         devices = [d for d in rdma_devices if d]
         if devices:
-            env["NCCL_IB_HCA"] = ",".join(devices)
+            # "=": these devices exactly; without it NCCL matches prefixes and
+            # mlx5_1 takes mlx5_10 too (tests/fixtures/nccl, NCCL 2.29.3)
+            env["NCCL_IB_HCA"] = "=" + ",".join(devices)
         else:
             env["NCCL_IB_DISABLE"] = "1"
     else:

@@ -97,7 +97,7 @@ def test_the_environment_puts_the_group_on_rail0():
                    "VLLM_CPU_OMP_THREADS_BIND": "1"}
     gpu = serve_env(interface="enp1s0f0np0", address="198.19.0.1", gpu=True, rdma_devices=["rocep1s0f0", "roceP2p1s0f1"],
                     kvcache_gib=1, threads_bind="auto")
-    assert gpu["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0" and gpu["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f1"
+    assert gpu["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0" and gpu["NCCL_IB_HCA"] == "=rocep1s0f0,roceP2p1s0f1"
     assert "VLLM_CPU_KVCACHE_SPACE" not in gpu
     tcp = serve_env(interface="eth1", address="10.0.0.1", gpu=True, rdma_devices=[""], kvcache_gib=1, threads_bind="auto")
     assert tcp["NCCL_IB_DISABLE"] == "1"
