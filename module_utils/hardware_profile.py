@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible.module_utils.nccl_log import conf_settings
 from ansible.module_utils.vllm_env import CPU_KERNELS_NEED, cpu_kernels, cpuinfo_flags
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
@@ -49,10 +50,16 @@ def parse_ibdev2netdev(text: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["device"], r["port"]))
 
 
-def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo") -> dict:
+# where NCCL or every process's environment takes NCCL_* settings from
+NCCL_FILES = ("/etc/nccl.conf", "/etc/environment")
+
+
+def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo", nccl_files: tuple = NCCL_FILES) -> dict:
     """RDMA devices (/sys/class/infiniband) and ConnectX PCI functions (vendor
     0x15b3; present before any RDMA driver is loaded), sorted; the CPU's
-    flags (/proc/cpuinfo), which the vLLM engine's CPU kernels need."""
+    flags (/proc/cpuinfo), which the vLLM engine's CPU kernels need; the
+    NCCL_* settings of /etc/nccl.conf and /etc/environment (file ->
+    settings), which NCCL takes where the engine's unit sets nothing."""
     ib = os.path.join(sys_root, "class", "infiniband")
     devices = sorted(os.listdir(ib)) if os.path.isdir(ib) else []
     functions = []
@@ -70,7 +77,16 @@ def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo") -> dict:
             flags = cpuinfo_flags(handle.read())
     except OSError:
         flags = []
-    return {"rdma_devices": devices, "connectx_functions": functions, "cpu_flags": flags}
+    nccl = {}
+    for path in nccl_files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                settings = conf_settings(handle.read())
+        except OSError:
+            continue
+        if settings:
+            nccl[path] = settings
+    return {"rdma_devices": devices, "connectx_functions": functions, "cpu_flags": flags, "nccl_settings": nccl}
 
 
 def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
@@ -107,6 +123,12 @@ def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engin
             why = "runtime_build_rdma is true" if rdma else f"twinrail_profile {profile} expects one"
             failures.append(f"{host}: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function "
                             f"(vendor {MELLANOX_VENDOR}) while {why}")
+        if engine_device == "cuda" and facts.get("gpus"):
+            for path, settings in sorted((facts.get("nccl_settings") or {}).items()):
+                failures.append(f"{host}: {path} sets {', '.join(settings)}: NCCL takes these under the vLLM "
+                                "group's own settings (a stale NCCL_IB_DISABLE, NCCL_P2P_DISABLE or NCCL_IB_USE_INLINE "
+                                "breaks or hangs the group's first collective); remove them, twinrail sets what NCCL "
+                                "needs in the engine's unit")
         if engine_device == "cpu" and arch == "x86_64":
             kernels = cpu_kernels(facts.get("cpu_flags") or [])
             if kernels["library"] is None:

@@ -159,3 +159,18 @@ def problems(debug: dict, tests: dict | None, *, devices: list[str], interface: 
             out.append(f"{tests['test'] or 'nccl-tests'}: average bus bandwidth {tests['avg_busbw']:g} GB/s, required "
                        f"{min_busbw:g} GB/s")
     return out
+
+
+def conf_settings(text: str) -> list[str]:
+    """The NCCL_* settings an NCCL configuration file (/etc/nccl.conf,
+    ~/.nccl.conf: KEY=VALUE lines, # comments) or /etc/environment makes,
+    as "NAME=value" in file order; anything else is not NCCL's."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        name, sep, value = line.partition("=")
+        if sep and re.fullmatch(r"NCCL_[A-Z0-9_]+", name.strip()):
+            out.append(f"{name.strip()}={value.strip().strip(chr(34)).strip(chr(39))}")
+    return out

@@ -92,8 +92,8 @@ def test_a_connectx_function_without_its_driver_counts_as_rdma_hardware(tmp_path
     for address, vendor in (("0000:01:00.0", "0x15b3\n"), ("0000:00:02.0", "0x8086\n")):
         (tmp_path / "bus" / "pci" / "devices" / address).mkdir(parents=True)
         (tmp_path / "bus" / "pci" / "devices" / address / "vendor").write_text(vendor)
-    seen = read_host(str(tmp_path), str(tmp_path / "no-cpuinfo"))
-    assert seen == {"rdma_devices": [], "connectx_functions": ["0000:01:00.0"], "cpu_flags": []}
+    seen = read_host(str(tmp_path), str(tmp_path / "no-cpuinfo"), ())
+    assert seen == {"rdma_devices": [], "connectx_functions": ["0000:01:00.0"], "cpu_flags": [], "nccl_settings": {}}
     hosts = host_facts({"n1": "x86_64"}, {"n1": seen}, {"n1": None})
     assert judge("x86-connectx", lookup.setting("x86-connectx", "expect"), hosts, False, True) == []
     hosts["n1"]["connectx_functions"] = []
@@ -179,7 +179,7 @@ KERNELS = FIXTURES / "vllm" / "kernels"
 def test_a_vllm_cpu_lock_refuses_an_x86_cpu_without_avx2(tmp_path, capture):
     text = (KERNELS / capture).read_text()
     (tmp_path / "cpuinfo").write_text(text)
-    seen = read_host(str(tmp_path), str(tmp_path / "cpuinfo"))
+    seen = read_host(str(tmp_path), str(tmp_path / "cpuinfo"), ())
     assert "avx2" in seen["cpu_flags"]
     hosts = host_facts({"n1": "x86_64"}, {"n1": seen}, {"n1": None})
     lab = lookup.setting("lab", "expect")
@@ -192,3 +192,30 @@ def test_a_vllm_cpu_lock_refuses_an_x86_cpu_without_avx2(tmp_path, capture):
         "llamacpp)"]
     # no lock, no such check
     assert judge("lab", lab, hosts, False, False) == []
+
+
+
+def test_a_stale_nccl_conf_on_a_gpu_node_of_the_vllm_engine_is_named(tmp_path):
+    """A field report's engine image (tests/fixtures/nccl/SOURCES.md's
+    neighbours: sglang on GB10s, its 4-byte warmup all_reduce frozen at 96 %
+    GPU and 16 W) carried /etc/nccl.conf with NCCL_IB_USE_INLINE=1 and
+    NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS=1: named before anything moves;
+    comments and other keys are not NCCL's settings."""
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# written by an image build\nNCCL_IB_USE_INLINE=1\nNCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS=1\n"
+                    "# NCCL_DEBUG=INFO\n")
+    environment = tmp_path / "environment"
+    environment.write_text('PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"\n')
+    seen = read_host(str(tmp_path), str(tmp_path / "no-cpuinfo"), (str(conf), str(environment)))
+    assert seen["nccl_settings"] == {str(conf): ["NCCL_IB_USE_INLINE=1", "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS=1"]}
+    hosts = host_facts({"spark-a": "aarch64"}, {"spark-a": seen}, {"spark-a": {"gpus": [{"index": 0}]}})
+    spark = lookup.setting("dgx-spark", "expect")
+    got = [f for f in judge("dgx-spark", spark, hosts, False, False, "cuda") if "nccl.conf" in f]
+    assert got == [f"spark-a: {conf} sets NCCL_IB_USE_INLINE=1, NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS=1: NCCL takes "
+                   "these under the vLLM group's own settings (a stale NCCL_IB_DISABLE, NCCL_P2P_DISABLE or "
+                   "NCCL_IB_USE_INLINE breaks or hangs the group's first collective); remove them, twinrail sets what "
+                   "NCCL needs in the engine's unit"]
+    # llama.cpp (no NCCL), or a node without GPUs: not asked
+    assert not [f for f in judge("dgx-spark", spark, hosts, False, False) if "nccl.conf" in f]
+    hosts["spark-a"]["gpus"] = 0
+    assert not [f for f in judge("dgx-spark", spark, hosts, False, False, "cuda") if "nccl.conf" in f]
