@@ -105,12 +105,12 @@ molecule: prereqs venv bundle
 	molecule test -s lab
 
 # scale.yml on the converged lab (make lab first): a second worker added,
-# re-run, drilled (as the lab pass does last, tests/99_scale), then taken
-# out and the lab shrunk back (scale/test_scale_in.py, not in make test)
+# re-run, drilled (scale/test_scale_out.py), then taken out and the lab
+# shrunk back (scale/test_scale_in.py); not in make test (its budget)
 test-scale: venv
 	MOLECULE_PROJECT_DIRECTORY=$(CURDIR) MOLECULE_SCENARIO_DIRECTORY=$(CURDIR)/molecule/lab \
 	  python -m pytest -q -s -p no:cacheprovider --ansible-inventory=$(INVENTORY) \
-	  molecule/lab/tests/99_scale molecule/lab/scale
+	  molecule/lab/scale/test_scale_out.py molecule/lab/scale/test_scale_in.py
 
 bench-converge: prereqs venv bundle
 	$(BIN)/python tools/bench_converge.py -i $(INVENTORY)

@@ -207,7 +207,7 @@ def check(name: str, output: str) -> None:
 # The dashboard's screenshot comes from the monitoring verifier (TWINRAIL_SHOTS).
 VERIFIERS = ["molecule/lab/tests/96_monitoring/test_monitoring.py::test_the_dashboard_draws_its_panels_in_chromium",
              "molecule/lab/tests/92_cli/test_twinrail_cli.py", "molecule/lab/tests/99_day2/test_day2.py",
-             "molecule/lab/tests/99_scale/test_scale.py"]
+             "molecule/lab/scale/test_scale_out.py"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,6 @@
 """A worker taken out of the serving cluster with scale.yml, then the lab
 shrunk back to two nodes on direct cables (make test-scale, after make lab:
-it runs tests/99_scale first, which grows the lab to three nodes). Not in
-the lab pass: the pass's lab is destroyed after tests/99_scale, and this
-case costs about 6 minutes more (docs/benchmarks.md)."""
+it runs test_scale_out.py first, which grows the lab to three nodes)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ PROMETHEUS_PORT, ALERTMANAGER_PORT = default("monitoring_prometheus_port"), defa
 RECORD_DIR = default("system_backup_record_dir")
 PASSWORD = (Path.home() / ".local" / "state" / "twinrail-lab" / "service-password").read_text().strip()
 MASTER, WORKER, WORKER2 = "twinrail-lab-master", "twinrail-lab-worker1", "twinrail-lab-worker2"
-# the 2-node lab and the same lab grown to three nodes (tests/99_scale)
+# the 2-node lab and the same lab grown to three nodes (molecule/lab/scale)
 LAB2, LAB3 = PROJECT / "inventory" / "lab", PROJECT / "inventory" / "lab3"
 FIGURES = Path(os.environ.get("TWINRAIL_FIGURES", "/tmp/twinrail-failover.json"))
 
@@ -184,7 +184,7 @@ def guard_status() -> dict:
                            f"print(u.urlopen('http://127.0.0.1:{GUARD_PORT}/twinrail/status', timeout=5).read().decode())").stdout)
 
 
-# ---- the lab grown to three nodes (tests/99_scale, scale/test_scale_in.py)
+# ---- the lab grown to three nodes (molecule/lab/scale: test_scale_out.py, test_scale_in.py)
 
 
 def inventory_playbook(inventory: Path, name: str, *argv: str, label: str | None = "scale",
