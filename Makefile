@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
+        molecule test-scale test-builds lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -89,7 +89,12 @@ lint: venv
 
 unit: venv bundle
 	# one worker per core: the tests are independent (tmp_path, local plays)
-	python -m pytest -q -n auto tests
+	python -m pytest -q -n auto tests/unit
+
+# the tests that compile the runtime (make gpu-proof's CPU path: a static
+# llama.cpp build, about seven minutes on two cores), outside make test's budget
+test-builds: venv bundle
+	python -m pytest -q tests/builds
 
 # one lab, one pass (molecule/lab/molecule.yml): a fresh lab (a lab left
 # over is removed first), README's quick start on it (twinrail init writes
