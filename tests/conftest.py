@@ -112,3 +112,14 @@ def loopback_server(handler):
         yield httpd.server_address[1]
     finally:
         httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def gpu_proof_prepared(tmp_path_factory):
+    """make gpu-proof's preparation (tools/gpu_proof_prepare.py) in a
+    folder of its own: (folder, manifest). It reads the bundle."""
+    import gpu_proof_prepare  # pylint: disable=import-outside-toplevel
+    if not gpu_proof_prepare.ARCHIVE.is_file() or not gpu_proof_prepare.SMOLLM2.is_file():
+        pytest.fail("the bundle is absent: the tests run after make bundle")
+    out = tmp_path_factory.mktemp("gpu-proof")
+    return out, gpu_proof_prepare.prepare(out, 4)

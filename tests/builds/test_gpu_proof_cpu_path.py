@@ -15,15 +15,11 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
 import gpu_proof  # noqa: E402  pylint: disable=wrong-import-position
-import gpu_proof_prepare  # noqa: E402  pylint: disable=wrong-import-position
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    if not gpu_proof_prepare.ARCHIVE.is_file() or not gpu_proof_prepare.SMOLLM2.is_file():
-        pytest.fail("the bundle is absent: make test-builds runs after make bundle")
-    out = tmp_path_factory.mktemp("gpu-proof")
-    return out, gpu_proof_prepare.prepare(out, 4)
+@pytest.fixture(name="prepared")
+def fixture_prepared(gpu_proof_prepared):
+    return gpu_proof_prepared
 
 
 def test_the_cpu_path_builds_benches_serves_and_passes_the_gates(prepared, tmp_path):

@@ -93,12 +93,9 @@ def test_the_trim_keeps_what_the_build_needs_and_drops_the_rest():
     assert gpu_proof_prepare.trimmed(tarfile.TarInfo("llama_cpp_python-0.3.36/llama_cpp/llama.py"))
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    if not gpu_proof_prepare.ARCHIVE.is_file() or not gpu_proof_prepare.SMOLLM2.is_file():
-        pytest.fail("the bundle is absent: make unit runs after make bundle")
-    out = tmp_path_factory.mktemp("gpu-proof")
-    return out, gpu_proof_prepare.prepare(out, 4)
+@pytest.fixture(name="prepared")
+def fixture_prepared(gpu_proof_prepared):
+    return gpu_proof_prepared
 
 
 def test_prepare_fits_one_call_and_the_dry_run_checks_it(prepared, capsys):

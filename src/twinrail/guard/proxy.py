@@ -317,23 +317,9 @@ class Guard:
 
     def probe(self) -> str | None:
         """A one-token completion; None when it answered."""
-        conn = http.client.HTTPConnection(*self.upstream, timeout=self.probe_timeout)
-        name = self.facts["name"]
         path, body = self.facts["probe"]
         body = dict(body, model=self.model) if self.engine == "vllm" else body
-        try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            response.read()
-            if response.status != 200:
-                return f"{name} answered {response.status}"
-            return None
-        except (socket.timeout, TimeoutError):
-            return "hung"
-        except OSError as exc:
-            return f"{name} not answering ({exc})"
-        finally:
-            conn.close()
+        return self._ask("POST", path, json.dumps(body), self.probe_timeout, need_ok=True)
 
     def loop_answers(self) -> str | None:
         """None when the engine's loop answers, else what it did (ENGINES'
@@ -343,15 +329,24 @@ class Guard:
         if self.facts["loop"] is None:
             return self.probe()
         method, path, body = self.facts["loop"]
-        conn = http.client.HTTPConnection(*self.upstream, timeout=max(self.probe_timeout, self.stall_after))
+        return self._ask(method, path, body, max(self.probe_timeout, self.stall_after), need_ok=False)
+
+    def _ask(self, method: str, path: str, body: str | None, timeout: float, need_ok: bool) -> str | None:
+        """One request to the engine: None when it answered (with 200 where
+        need_ok), "hung" when it did not within timeout, else what it did."""
+        name = self.facts["name"]
+        conn = http.client.HTTPConnection(*self.upstream, timeout=timeout)
         try:
-            conn.request(method, path, body=body)
-            conn.getresponse().read()
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+            response = conn.getresponse()
+            response.read()
+            if need_ok and response.status != 200:
+                return f"{name} answered {response.status}"
             return None
         except (socket.timeout, TimeoutError):
             return "hung"
         except OSError as exc:
-            return f"{self.facts['name']} not answering ({exc})"
+            return f"{name} not answering ({exc})"
         finally:
             conn.close()
 
