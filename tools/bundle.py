@@ -298,8 +298,10 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
 
 
 def write_sums(folder: Path) -> None:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS")
-    (folder / "SHA256SUMS").write_text("".join(f"{sha256_file(p)}  {p.relative_to(folder)}\n" for p in files))
+    """The folder's SHA256SUMS, as the weights stage reads it (weights_sums)."""
+    sums = module_utils("weights_sums")
+    rels = [rel for rel in sums.list_files(str(folder)) if rel != "SHA256SUMS"]
+    (folder / "SHA256SUMS").write_text(sums.render_sha256sums(sums.hash_files(str(folder), rels)))
 
 
 def carry_special_tokens(folder: Path, gguf: Path) -> bool:
