@@ -69,16 +69,12 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_env import IMPORT, LockError, cpuinfo_flags, differences, import_failure, \
-    kernels_verdict, lock_pins
+from ansible.module_utils.vllm_env import IMPORT, LockError, differences, import_failure, kernels_verdict, \
+    lock_pins, read_cpu_flags
 
 
 def node_flags() -> list[str] | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return cpuinfo_flags(handle.read())
-    except OSError:
-        return None
+    return read_cpu_flags()
 
 
 def main() -> None:

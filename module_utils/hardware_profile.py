@@ -10,7 +10,7 @@ import os
 import re
 
 from ansible.module_utils.nccl_log import conf_settings
-from ansible.module_utils.vllm_env import CPU_KERNELS_NEED, cpu_kernels, cpuinfo_flags
+from ansible.module_utils.vllm_env import CPU_KERNELS_NEED, cpu_kernels, read_cpu_flags
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
 # "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a
@@ -72,11 +72,7 @@ def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo", nccl_files
                         functions.append(address)
             except OSError:
                 continue
-    try:
-        with open(cpuinfo, encoding="utf-8") as handle:
-            flags = cpuinfo_flags(handle.read())
-    except OSError:
-        flags = []
+    flags = read_cpu_flags(cpuinfo) or []
     nccl = {}
     for path in nccl_files:
         try:

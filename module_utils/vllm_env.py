@@ -117,6 +117,16 @@ def cpuinfo_flags(text: str) -> list[str]:
     return []
 
 
+def read_cpu_flags(path: str = "/proc/cpuinfo") -> list[str] | None:
+    """This machine's CPU flags (cpuinfo_flags of its /proc/cpuinfo), None
+    when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return cpuinfo_flags(handle.read())
+    except OSError:
+        return None
+
+
 def import_failure(rc: int, err: str, flags: list[str] | None = None) -> str:
     """Why the environment's import failed, in words: a signal is named as
     one (exit -4 is SIGILL: an instruction this CPU lacks), else the last
