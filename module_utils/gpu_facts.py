@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpu_health import health_of, quote_output
+from ansible.module_utils.gpu_health import HANDLE_WORDS, health_of, quote_output
 
 # the table's header: "NVIDIA-SMI 565.57.01  Driver Version: 565.57.01  CUDA
 # Version: 12.7"; drivers from 610 on say "KMD Version:" and "CUDA UMD Version:"
@@ -42,7 +42,7 @@ _FAILURES = ("NVIDIA-SMI has failed", "No devices were found", "Failed to initia
              "Unable to determine the device handle", "GPU is lost", "Unknown Error")
 
 
-_HANDLE_WORDS = re.compile(r"Unable to (?:determine|detect) the device handle", re.IGNORECASE)
+_HANDLE_WORDS = re.compile(HANDLE_WORDS, re.IGNORECASE)
 
 
 class ParseError(ValueError):

@@ -219,7 +219,9 @@ def node_health(host: str, facts: dict) -> tuple[list[str], list[str]]:
 # "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error";
 # newer drivers name the GPU's index too ("for GPU1: 0000:34:00.0: ..."),
 # some print "gpu" or no space before the bus id
-_HANDLE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU\s*(?:\d+:\s*)?"
+# the words nvidia-smi names a GPU that does not answer with (gpu_facts reads them in its table too)
+HANDLE_WORDS = r"Unable to (?:determine|detect) the device handle"
+_HANDLE = re.compile(HANDLE_WORDS + r" for GPU\s*(?:\d+:\s*)?"
                      r"(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d): (?P<why>[^\n]+)", re.IGNORECASE)
 
 
