@@ -35,9 +35,9 @@ from twinrail.guard.web import log
 # so its loop is asked with the probe, which joins the running batch).
 ENGINES = {
     "llamacpp": {"name": "llama-server", "probe": ("/completion", {"prompt": "ok", "n_predict": 1}),
-                 "loop": ("GET", "/slots", None)},
+                 "probe_names_model": False, "loop": ("GET", "/slots", None)},
     "vllm": {"name": "vLLM", "probe": ("/v1/completions", {"prompt": "ok", "max_tokens": 1}),
-             "loop": None},
+             "probe_names_model": True, "loop": None},
 }
 
 
@@ -318,7 +318,7 @@ class Guard:
     def probe(self) -> str | None:
         """A one-token completion; None when it answered."""
         path, body = self.facts["probe"]
-        body = dict(body, model=self.model) if self.engine == "vllm" else body
+        body = dict(body, model=self.model) if self.facts["probe_names_model"] else body
         return self._ask("POST", path, json.dumps(body), self.probe_timeout, need_ok=True)
 
     def loop_answers(self) -> str | None:
