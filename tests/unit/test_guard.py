@@ -555,6 +555,19 @@ def test_an_engine_wedged_while_idle_is_found_refused_and_restarted(watched):
     assert [e["event"] for e in guard.events if e["event"] in ("stall", "available")][-2:] == ["stall", "available"]
 
 
+def test_an_engine_that_wedges_soon_after_a_restart_is_restarted_again(watched):
+    """The guard killed the engine a moment ago (it hung after the workers
+    came back); systemd's new one answered, then wedged: the stall restarts
+    it now, not once restart_grace (the wait for a loading engine) is over."""
+    guard, _, killed = watched
+    killed.clear()
+    guard.restart_grace = 120
+    guard.last_kill = time.monotonic()
+    FakeLlama.wedged.set()
+    wait_for(lambda: guard.stall is not None, 5)
+    assert len(killed) == 1 and guard.stalls == 1
+
+
 def test_a_stream_whose_engine_wedges_ends_with_the_reason(watched):
     guard, port, killed = watched
     killed.clear()

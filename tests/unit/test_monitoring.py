@@ -113,7 +113,8 @@ def test_a_lost_worker_fires_after_alert_for_and_not_before(tmp_path):
 def test_an_engine_stall_fires_at_once_and_clears_after_its_window(tmp_path):
     """The guard's stall counter moves once (the watchdog restarted the
     engine): the alert fires while the engine is taken as stalled and for
-    the window after, and a counter that never moved fires nothing."""
+    monitoring_service_window (5m) after, and a counter that never moved
+    fires nothing."""
     rules = render_rules(tmp_path, **LAB)
     series = [{"series": f"twinrail_guard_engine_stalls_total{{{WORKER}}}", "values": "0 0 1x200"},
               {"series": f"twinrail_guard_engine_stalled{{{WORKER}}}", "values": "0 0 1 1 0x200"}]
@@ -128,7 +129,8 @@ def test_an_engine_stall_fires_at_once_and_clears_after_its_window(tmp_path):
     result = rule_test(tmp_path, rules, series,
                        [{"eval_time": "5s", "alertname": "TwinrailEngineStalled", "exp_alerts": []},
                         {"eval_time": "10s", "alertname": "TwinrailEngineStalled", "exp_alerts": firing},
-                        {"eval_time": "16m", "alertname": "TwinrailEngineStalled", "exp_alerts": []}])
+                        {"eval_time": "4m", "alertname": "TwinrailEngineStalled", "exp_alerts": firing},
+                        {"eval_time": "6m", "alertname": "TwinrailEngineStalled", "exp_alerts": []}])
     assert result.returncode == 0, result.stdout + result.stderr
     quiet = rule_test(tmp_path, rules, [{"series": series[0]["series"], "values": "0x200"},
                                         {"series": series[1]["series"], "values": "0x200"}],

@@ -394,8 +394,10 @@ class Guard:
             self.stalls += 1
             self.lock.notify_all()
         self.event("stall", f"{name}: {why}")
-        if time.monotonic() - self.last_kill > self.restart_grace:
-            self.kill_llama(f"stalled ({why})")
+        # not held back by restart_grace (which spares an engine still
+        # loading after the last kill): a stall is only looked for once the
+        # engine answered its probe since then, so it loaded and wedged
+        self.kill_llama(f"stalled ({why})")
 
     def kill_llama(self, why: str = "hung after the workers came back") -> None:
         if self.engine == "vllm":
