@@ -77,6 +77,9 @@ def bandwidth_plan(master: str, workers: list[str], rails: dict, links: dict, ac
                 "port": int(perftest_port_base if rdma else iperf3_port_base) + 10 * w + i,
                 "rate_gbps": rate, "link_gbps": link, "pcie_gbps": pcie,
                 "required_gbps": round(rate * float(min_ratio), 3), "required_basis": basis,
+                # what tells a rail slow for its own reasons from a ConnectX-7's stale state
+                "client_mtu": (ours.get("netdev") or {}).get("mtu"), "server_mtu": (theirs.get("netdev") or {}).get("mtu"),
+                "client_pcie_problem": ours.get("pcie_problem"), "server_pcie_problem": theirs.get("pcie_problem"),
             })
     return plan
 

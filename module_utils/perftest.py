@@ -320,16 +320,54 @@ def median(values: list[float]) -> float:
 STALE_SHARE = 0.25
 
 
-def stale_diagnosis(item: dict, gated: float) -> str:
-    """The stale-initialization diagnosis and its fix, for an RDMA rail that
-    measured under STALE_SHARE of its ceiling (rate_gbps: the lower of the
-    link rate and the PCIe ceiling); '' otherwise."""
+def _ends(item: dict) -> tuple[tuple[str, str], tuple[str, str]]:
+    return ("client", item["client"]), ("server", item["server"])
+
+
+def slow_diagnosis(item: dict, gated: float, both_ways: float | None = None) -> str:
+    """Why an RDMA rail measured under STALE_SHARE of its ceiling
+    (rate_gbps: the lower of the link rate and the PCIe ceiling), and what
+    to do; '' when it did not. The stale state slows both directions of a
+    link that is otherwise sound, so it is named only when neither end
+    differs in MTU (client_mtu, server_mtu) or runs a narrowed PCIe link
+    (client_pcie_problem, server_pcie_problem), and the rail's both-ways
+    figure (both_ways: the two directions at once, as perftest's
+    --bidirectional sums them) does not show the other direction healthy."""
     ceiling = item.get("rate_gbps")
     if item.get("transport") != "rdma" or not ceiling or gated >= STALE_SHARE * ceiling:
         return ""
-    return (f"; {gated:.2f} Gb/s is {100 * gated / ceiling:.1f} % of the rail's {ceiling:g} Gb/s ceiling, the band of a "
-            f"ConnectX-7 left in a stale state at boot (NVIDIA's DGX Spark playbooks: 8-25 Gb/s on a link that reports "
-            f"full speed and width): reboot both nodes, and if it stays, power both off and on again")
+    share = f"; {gated:.2f} Gb/s is {100 * gated / ceiling:.1f} % of the rail's {ceiling:g} Gb/s ceiling"
+    mtus = [(host, item.get(f"{end}_mtu")) for end, host in _ends(item)]
+    if all(mtu for _, mtu in mtus) and mtus[0][1] != mtus[1][1]:
+        return (f"{share}, and its ends differ in MTU ({', '.join(f'{host} {mtu}' for host, mtu in mtus)}): not a "
+                f"ConnectX-7's stale state; set twinrail_rail_mtu alike on both ends (and on a switch between them) "
+                f"and run the rdma stage")
+    narrowed = [f"{host}: {item[f'{end}_pcie_problem']}" for end, host in _ends(item) if item.get(f"{end}_pcie_problem")]
+    if narrowed:
+        return f"{share}, and a PCIe link under it is narrowed ({'; '.join(narrowed)}): not a ConnectX-7's stale state"
+    if both_ways is not None and both_ways - gated >= STALE_SHARE * ceiling:
+        return (f"{share} from {item['client']} to {item['server']}, while both ways at once carry {both_ways:.2f} Gb/s "
+                f"(about {both_ways - gated:.2f} Gb/s the other way): one direction only, not a ConnectX-7's stale "
+                f"state (which slows both); compare {item['client']}'s pause and ring settings (ethtool -a, ethtool -g) "
+                f"and error counters with {item['server']}'s, then swap the cable's ends")
+    other_way = "" if both_ways is None else f" and no more the other way ({both_ways:.2f} Gb/s both ways at once)"
+    return (f"{share}{other_way}, the band of a ConnectX-7 left in a stale state at boot (NVIDIA's DGX Spark "
+            f"playbooks: 8-25 Gb/s on a link that reports full speed and width; here the MTUs match and the PCIe "
+            f"link is not narrowed): reboot both nodes, and if it stays, power both off and on again")
+
+
+def both_ways_by_rail(aggregates: list[dict]) -> dict:
+    """(rail, server) -> the median of that rail's figure in the
+    aggregates measured both ways (each run: one result per rail, in the
+    aggregate's rail order)."""
+    seen: dict = {}
+    for agg in aggregates:
+        if not agg.get("bidirectional"):
+            continue
+        for run in agg["runs"]:
+            for rail, result in zip(agg["rails"], run):
+                seen.setdefault((rail, agg["server"]), []).append(result["bw_average_gbps"])
+    return {key: median(values) for key, values in seen.items()}
 
 
 def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
@@ -343,6 +381,7 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
     """
     failures: list[str] = []
     report_rails = []
+    both_ways = both_ways_by_rail(aggregates)
     for item in rails:
         where = f"{item['rail']} {item['client']} -> {item['server']}"
         averages = [r["bw_average_gbps"] for r in item["runs"]]
@@ -358,7 +397,8 @@ def verdict(rails: list[dict], aggregates: list[dict], counters_before: dict,
             basis = f" ({item['required_basis']})" if item.get("required_basis") else ""
             failures.append(f"{where}: {item['transport']} average {gated:.2f} Gb/s "
                             f"(median of {len(averages)}), required "
-                            f"{item['required_gbps']:.2f} Gb/s{basis}{stale_diagnosis(item, gated)}")
+                            f"{item['required_gbps']:.2f} Gb/s{basis}"
+                            f"{slow_diagnosis(item, gated, both_ways.get((item['rail'], item['server'])))}")
         lat = item.get("latency") or []
         if lat:
             typicals = [r.get("t_typical_us") or r.get("t_avg_us") for r in lat]

@@ -153,11 +153,13 @@ def test_one_measurement_per_worker_and_rail_over_tcp_without_rdma_devices():
         {"rail": "rail0", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
          "client_address": "198.19.0.1", "server_address": "198.19.0.2", "client_device": "", "server_device": "",
          "client_gid": None, "server_gid": None, "port": 5201, "rate_gbps": 10.0, "link_gbps": 10.0,
-         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate"},
+         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate",
+         "client_mtu": None, "server_mtu": None, "client_pcie_problem": None, "server_pcie_problem": None},
         {"rail": "rail1", "client": "lab-master", "server": "lab-worker1", "transport": "tcp",
          "client_address": "198.19.1.1", "server_address": "198.19.1.2", "client_device": "", "server_device": "",
          "client_gid": None, "server_gid": None, "port": 5202, "rate_gbps": 10.0, "link_gbps": 10.0,
-         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate"}]
+         "pcie_gbps": None, "required_gbps": 9.0, "required_basis": "0.9 x the 10 Gb/s link rate",
+         "client_mtu": None, "server_mtu": None, "client_pcie_problem": None, "server_pcie_problem": None}]
 
 
 def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
@@ -179,6 +181,19 @@ def test_rdma_on_both_ends_the_lower_negotiated_rate_and_ports_per_worker():
     # one end without a device: TCP
     half = plan(rails={"lab-master": rdma, "lab-worker1": WORKER_RAILS})
     assert {x["transport"] for x in half} == {"tcp"}
+
+
+def test_each_ends_mtu_and_pcie_state_go_with_the_measurement():
+    """What the verdict tells a rail slow for its own reasons from a
+    ConnectX-7's stale state by: each end's MTU and PCIe problem, as the
+    rdma stage's facts give them."""
+    master = {name: dict(state, netdev={"mtu": 9000}, pcie_problem=None) for name, state in links(10.0).items()}
+    worker = {name: dict(state, netdev={"mtu": 1500}, pcie_problem="PCIe link trained at Gen5 x2 (32 GT/s), below the "
+                                                                     "Gen5 x4 (32 GT/s) it is capable of")
+              for name, state in links(10.0).items()}
+    p = plan(links={"lab-master": master, "lab-worker1": worker})
+    assert [(x["client_mtu"], x["server_mtu"], x["client_pcie_problem"]) for x in p] == [(9000, 1500, None)] * 2
+    assert p[0]["server_pcie_problem"].startswith("PCIe link trained at Gen5 x2")
 
 
 def test_only_the_active_rails_and_the_default_rate_when_no_end_knows_it():

@@ -299,24 +299,73 @@ def test_verdict_uses_the_median_average_and_names_rail_and_hosts():
         "rail1 a -> b: rdma average 85.83 Gb/s (median of 3), required 90.00 Gb/s"]
 
 
+DEGRADED = "ib_read_bw_roce_100g_mbs_crossnode_degraded_avg_kubeansible.txt"  # 0.21
+SPARK_RAIL = {"rail": "rail0", "client": "spark-a", "server": "spark-b", "transport": "rdma", "rate_gbps": 115.2,
+              "required_gbps": 92.16, "required_basis": "0.8 x the 115.2 Gb/s PCIe ceiling (the link runs at 200 Gb/s)",
+              "client_mtu": 9000, "server_mtu": 9000, "client_pcie_problem": None, "server_pcie_problem": None}
+
+
 def test_a_rail_far_under_its_ceiling_gets_the_stale_initialization_diagnosis():
     """A Spark's Gen5 x4 rail (115.2 Gb/s ceiling) at the real degraded
-    capture's 0.21 Gb/s: the reboot-then-power-cycle fix; the real 85.83 Gb/s
-    duration run (74 % of it) fails plainly; a TCP rail never gets it."""
-    degraded = "ib_read_bw_roce_100g_mbs_crossnode_degraded_avg_kubeansible.txt"  # 0.21
+    capture's 0.21 Gb/s, same MTU on both ends, PCIe not narrowed: the
+    reboot-then-power-cycle fix; the real 85.83 Gb/s duration run (74 % of
+    it) fails plainly; a TCP rail never gets it."""
     duration = "ib_write_bw_roce_100g_mbs_D300_duration_kubeansible.txt"  # 85.83
-    rail = {"rail": "rail0", "client": "spark-a", "server": "spark-b", "transport": "rdma", "rate_gbps": 115.2,
-            "required_gbps": 92.16, "required_basis": "0.8 x the 115.2 Gb/s PCIe ceiling (the link runs at 200 Gb/s)"}
-    stale = verdict([{**rail, "runs": bw_runs(degraded, degraded, duration)}], [], {}, {}, 1.0)["failures"]
+    stale = verdict([{**SPARK_RAIL, "runs": bw_runs(DEGRADED, DEGRADED, duration)}], [], {}, {}, 1.0)["failures"]
     assert stale == ["rail0 spark-a -> spark-b: rdma average 0.21 Gb/s (median of 3), required 92.16 Gb/s (0.8 x the "
                      "115.2 Gb/s PCIe ceiling (the link runs at 200 Gb/s)); 0.21 Gb/s is 0.2 % of the rail's 115.2 Gb/s "
                      "ceiling, the band of a ConnectX-7 left in a stale state at boot (NVIDIA's DGX Spark playbooks: "
-                     "8-25 Gb/s on a link that reports full speed and width): reboot both nodes, and if it stays, power "
-                     "both off and on again"]
-    plain = verdict([{**rail, "runs": bw_runs(duration)}], [], {}, {}, 1.0)["failures"]
+                     "8-25 Gb/s on a link that reports full speed and width; here the MTUs match and the PCIe link is "
+                     "not narrowed): reboot both nodes, and if it stays, power both off and on again"]
+    plain = verdict([{**SPARK_RAIL, "runs": bw_runs(duration)}], [], {}, {}, 1.0)["failures"]
     assert len(plain) == 1 and "stale" not in plain[0]
-    tcp = verdict([{**rail, "transport": "tcp", "runs": bw_runs(degraded)}], [], {}, {}, 1.0)["failures"]
+    tcp = verdict([{**SPARK_RAIL, "transport": "tcp", "runs": bw_runs(DEGRADED)}], [], {}, {}, 1.0)["failures"]
     assert len(tcp) == 1 and "stale" not in tcp[0]
+
+
+def test_a_slow_rail_with_its_own_reason_is_not_called_stale():
+    """The same 0.21 Gb/s, but the ends differ in MTU, or one end's PCIe
+    link is narrowed (the real kvm-list ConnectX-7 PF at Gen4 x8 of Gen5
+    x16, as rdma_link reads it): each is named instead of the stale state."""
+    from rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
+
+    mtu = verdict([{**SPARK_RAIL, "server_mtu": 1500, "runs": bw_runs(DEGRADED)}], [], {}, {}, 1.0)["failures"]
+    assert len(mtu) == 1 and "stale state at boot" not in mtu[0], mtu
+    assert mtu[0].endswith("0.21 Gb/s is 0.2 % of the rail's 115.2 Gb/s ceiling, and its ends differ in MTU (spark-a "
+                           "9000, spark-b 1500): not a ConnectX-7's stale state; set twinrail_rail_mtu alike on both "
+                           "ends (and on a switch between them) and run the rdma stage"), mtu
+    lines = [line.strip() for line in (FIXTURES / "hardware" / "lspci-vvv_connectx7_mcx713106ac_pf_16GTs_x8_downgraded_"
+                                       "vf_speed_unknown_kvm-list_20250728.txt").read_text().splitlines()]
+    cap, sta = (next(line for line in lines if line.startswith(key)) for key in ("LnkCap:", "LnkSta:"))
+    narrowed = pcie_downgrade(sta, cap)
+    pcie = verdict([{**SPARK_RAIL, "client_pcie_problem": narrowed, "runs": bw_runs(DEGRADED)}], [], {}, {},
+                   1.0)["failures"]
+    assert len(pcie) == 1 and "stale state at boot" not in pcie[0], pcie
+    assert pcie[0].endswith("and a PCIe link under it is narrowed (spark-a: PCIe link trained at Gen4 x8 (16 GT/s), "
+                            "below the Gen5 x16 (32 GT/s) it is capable of: reseat the card or check the slot): not a "
+                            "ConnectX-7's stale state"), pcie
+
+
+def test_one_slow_direction_is_told_from_the_stale_state_by_the_both_ways_run():
+    """A 400G rail whose one-way run reads the real degraded 0.21 Gb/s while
+    the real bidirectional run (perftest sums both ways: 779.21 Gb/s) shows
+    the other direction healthy: one direction only. Both ways as slow as
+    one way: the stale state still."""
+    rail = {**SPARK_RAIL, "rate_gbps": 400.0, "required_gbps": 320.0, "required_basis": "0.8 x the 400 Gb/s link rate",
+            "runs": bw_runs(DEGRADED)}
+    both = load("ib_write_bw_roce_400g_pollara_bidir_q4_all_gbits_client_amd_alibaba.txt")
+    assert both["header"]["bidirectional"] and both["bw_average_gbps"] == 779.21
+    aggregate = {"client": "spark-a", "server": "spark-b", "rails": ["rail0"], "bidirectional": True,
+                 "required_gbps": 640.0, "runs": [[both]]}
+    one_way = verdict([rail], [aggregate], {}, {}, 1.0)["failures"][0]
+    assert "stale state at boot" not in one_way
+    assert one_way.endswith("0.21 Gb/s is 0.1 % of the rail's 400 Gb/s ceiling from spark-a to spark-b, while both "
+                            "ways at once carry 779.21 Gb/s (about 779.00 Gb/s the other way): one direction only, not a "
+                            "ConnectX-7's stale state (which slows both); compare spark-a's pause and ring settings "
+                            "(ethtool -a, ethtool -g) and error counters with spark-b's, then swap the cable's ends"), one_way
+    slow_both = verdict([rail], [{**aggregate, "runs": [bw_runs(DEGRADED)]}], {}, {}, 1.0)["failures"][0]
+    assert ("0.1 % of the rail's 400 Gb/s ceiling and no more the other way (0.21 Gb/s both ways at once), the band of a "
+            "ConnectX-7 left in a stale state at boot") in slow_both, slow_both
 
 
 def test_verdict_aggregate_sums_concurrent_rails():
