@@ -31,6 +31,8 @@ _GPU = re.compile(r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Of
 _GPU_ROW = re.compile(r"^\|\s+\d+\s+\S.*\|.*\|.*\|\s*$")
 _MEMORY = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 _UTIL = re.compile(r"\|\s*(?P<util>\d+)%\s+\S+\s*\|\s*$")
+# "Pwr:Usage/Cap": "152W / 700W" (a GB10: "11W / N/A", no cap)
+_POWER = re.compile(r"(?P<draw>\d+(?:\.\d+)?)W\s*/\s*(?:(?P<cap>\d+(?:\.\d+)?)W|N/A)")
 _MIG = re.compile(r"\|\s*(?P<mig>Enabled|Disabled|N/A)\s*\|\s*$")
 UNAVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
 # The GPUs whose memory is the CPU's (unified): nvidia-smi's "Not Supported"
@@ -75,7 +77,8 @@ def has_table(text: str) -> bool:
 def parse_table(text: str) -> dict:
     """nvidia-smi's default table: versions, and per GPU index, name,
     persistence mode, bus id, memory (``memory``: ``discrete`` with its
-    figures, ``unified`` with none, or ``unread``), MIG mode and use, and
+    figures, ``unified`` with none, or ``unread``), MIG mode and use, power
+    draw and limit (a GB10's limit reads N/A: None), and
     ``problems``: one sentence per GPU nvidia-smi could not read, quoting
     it. Every GPU row of a multi-GPU table is read or named."""
     versions = _VERSIONS.search(text)
@@ -100,6 +103,7 @@ def parse_table(text: str) -> dict:
         third = lines[i + 2] if i + 2 < len(lines) else ""
         memory = _MEMORY.search(detail)
         util = _UTIL.search(detail)
+        power = _POWER.search(detail)
         mig = _MIG.search(third)
         name = match.group("name").strip()
         cells = detail.split("|")
@@ -114,6 +118,8 @@ def parse_table(text: str) -> dict:
             "memory_supported": memory is not None,
             "mig": None if not mig or mig.group("mig") == "N/A" else mig.group("mig") == "Enabled",
             "utilization_pct": int(util.group("util")) if util else None,
+            "power_watts": float(power.group("draw")) if power else None,
+            "power_limit_watts": float(power.group("cap")) if power and power.group("cap") else None,
         }
         gpus.append(gpu)
         block = [line, detail] + ([third] if "|" in third and not third.startswith("+") else [])

@@ -23,7 +23,8 @@ def test_the_gb10_table_unified_memory_not_supported():
     (gpu,) = facts["gpus"]
     assert gpu == {"index": 0, "name": "NVIDIA GB10", "persistence": False, "bus_id": "0000000F:01:00.0",
                    "memory": "unified", "memory_used_mib": None, "memory_total_mib": None,
-                   "memory_supported": False, "mig": None, "utilization_pct": 0}
+                   "memory_supported": False, "mig": None, "utilization_pct": 0, "power_watts": 10.0,
+                   "power_limit_watts": None}
     assert facts["problems"] == []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +28,9 @@ from twinrail.guard import metrics, textfile
 _spec = importlib.util.spec_from_file_location("monitoring_filters", REPO / "filter_plugins" / "monitoring.py")
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
+_spec = importlib.util.spec_from_file_location("twinrail_profile_lookup", REPO / "lookup_plugins" / "twinrail_profile.py")
+twinrail_profile = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(twinrail_profile)
 
 ROLE = REPO / "roles" / "monitoring"
 MON = FIXTURES / "monitoring"
@@ -50,8 +54,17 @@ def samples(text: str) -> dict:
 
 # ---------------------------------------------------------------- rules
 
-def render_rules(tmp_path: Path, **settings) -> Path:
+PROFILE_LOOKUP = re.compile(r"^\{\{ lookup\('twinrail_profile', '(\w+)'\) \}\}$")
+
+
+def render_rules(tmp_path: Path, profile: str = "x86-connectx", **settings) -> Path:
+    """The rules as the role renders them: its defaults (a default the
+    hardware profile gives, from `profile`), then `settings`."""
     values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    for name, value in values.items():
+        looked_up = PROFILE_LOOKUP.match(value) if isinstance(value, str) else None
+        if looked_up:
+            values[name] = twinrail_profile.setting(profile, looked_up.group(1))
     values.update(settings, ansible_managed="rendered by the unit tests")
     env = jinja2.Environment(variable_start_string="[[", variable_end_string="]]", undefined=jinja2.StrictUndefined)
     text = env.from_string((ROLE / "templates" / "twinrail-rules.yml.j2").read_text()).render(values)
@@ -67,7 +80,7 @@ def test_the_rules_pass_promtool_with_the_defaults_and_the_labs_settings(tmp_pat
     for settings in ({}, LAB):
         result = promtool("check", "rules", str(render_rules(tmp_path, **settings)))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 34 rules found" in result.stdout, result.stdout
+        assert "SUCCESS: 35 rules found" in result.stdout, result.stdout
 
 
 def test_a_broken_rule_is_refused_by_the_same_check(tmp_path):
@@ -520,7 +533,11 @@ def gpu_series(capture: Path, node: str, values: dict[str, str] | None = None, m
     values given per metric name)."""
     from twinrail.guard import gpu
 
-    text = gpu.render(gpu.telemetry(gpu.parse_query(capture.read_text()), meminfo), 0, None, 1765000000.0)
+    return exposition_series(gpu.render(gpu.telemetry(gpu.parse_query(capture.read_text()), meminfo), 0, None,
+                                        1765000000.0), node, values)
+
+
+def exposition_series(text: str, node: str, values: dict[str, str] | None = None) -> list[dict]:
     scrape = {"instance": f"{node}:9100", "job": "node", "node": node}
     out = []
     for (name, labels), value in samples(text).items():
@@ -535,6 +552,110 @@ TELEMETRY = FIXTURES / "gpu-telemetry"
 H100 = TELEMETRY / "nvidia_smi_query_gpu_csv_allfields_1x_h100_80gb_hbm3_load_drv590.48.01.txt"
 L40S = TELEMETRY / "nvidia_smi_query_gpu_csv_allfields_1x_l40s_load_drv595.80.txt"
 GB10 = TELEMETRY / "nvidia_smi_query_gpu_csv_1x_gb10_dgx_spark_drv580.173.02_mem_NA_util_power_temp_header_units.txt"
+
+
+BUSY = FIXTURES / "gpu-busy"
+# Each real table of GPUs whose job hung or waited on its peers, and of
+# working ones: the GPUs (by index) the alert names, from what the reporters
+# said (tests/fixtures/gpu-busy/SOURCES.md).
+BUSY_VERDICTS = {
+    # training froze after some epochs (a deadlock): 100 % at 65-76 W of 300 W
+    "nvidia_smi_table_partial_v100_sxm2_drv410.104_hung_100pct_65-76W_300W_training_freeze_pytorch_issue22671.txt":
+        {0, 1, 2},
+    # ZeRO-3 stuck in partition_grads on every rank: 100 % at 116-121 W of 700 W
+    "nvidia_smi_table_partial_h100_drv535.183.01_hung_100pct_116-121W_700W_zero3_partition_grads_deepspeed_issue6524_"
+    "STORE_COLLAPSED.txt": {0, 1},
+    # a model-parallel server with no request: GPU 1 spins in its wait at 100 %, GPU 0 idles at 0 %
+    "nvidia_smi_table_partial_v100_sxm2_drv470.82.01_idle_spin_gpu1_100pct_66W_300W_glm130b_issue32.txt": {1},
+    # 64 V100s waiting on their peers (ZeRO-3 over the network, "poor GPU utilization efficiency")
+    "nvidia_smi_table_partial_v100_sxm2_drv470.161.03_stalled_99-100pct_67-71W_300W_bloomz176b_zero3_peft_issue194.txt":
+        {0, 1, 2},
+    # working A100s: 99-100 % at 308-353 W of 500 W
+    "nvidia_smi_table_partial_a100_sxm_drv515.48.07_healthy_99-100pct_308-353W_500W_multigpu_chtc_templates_gpus_"
+    "pr24.txt": set(),
+}
+
+
+def table_series(capture: Path, node: str) -> list[dict]:
+    """The figures of a real nvidia-smi table (gpu_facts.parse_table: busy
+    share, power draw and limit) as twinrail-guard gpu writes them."""
+    from gpu_facts import parse_table  # pylint: disable=import-outside-toplevel
+    from twinrail.guard import gpu  # pylint: disable=import-outside-toplevel
+
+    gpus = [{"gpu": str(g["index"]), "bus_id": g["bus_id"], "name": g["name"], "memory_used_bytes": None,
+             "memory_total_bytes": None, "memory_unified": False, "utilization_ratio": g["utilization_pct"] / 100,
+             "power_watts": g["power_watts"], "power_limit_watts": g["power_limit_watts"],
+             "temperature_celsius": None, "ecc_uncorrected_errors": None, "broken": []}
+            for g in parse_table(capture.read_text())["gpus"]]
+    return exposition_series(gpu.render(gpus, 0, None, 1765000000.0), node, {})
+
+
+def test_a_busy_gpu_at_idle_power_fires_on_the_hung_tables_not_the_working_ones(tmp_path):
+    """Every real table in tests/fixtures/gpu-busy, each from its own node,
+    held for 6 minutes: the alert names exactly the GPUs whose job hung or
+    waited (over a third of their power limit unused at 90 % busy or more),
+    not the working A100s, and not before monitoring_alert_gpu_busy_for."""
+    assert {p.name for p in BUSY.glob("*.txt")} == set(BUSY_VERDICTS)
+    listed = (BUSY / "SOURCES.md").read_text()
+    assert all(name in listed for name in BUSY_VERDICTS)
+    rules = render_rules(tmp_path, **LAB)
+    series, firing = [], []
+    for k, (name, gpus) in enumerate(sorted(BUSY_VERDICTS.items())):
+        node = f"n{k}"
+        mine = table_series(BUSY / name, node)
+        series += mine
+        for s in mine:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', s["series"]))
+            if s["series"].startswith("twinrail_gpu_utilization_ratio{") and int(labels["gpu"]) in gpus:
+                busy = f"{float(s['values'].split('x')[0]) * 100:g}%"
+                firing.append({"exp_labels": {"severity": "warning", **labels}, "exp_annotations": {
+                    "summary": f"{node} GPU {labels['gpu']} ({labels['bus_id']}) is {busy} busy at idle power",
+                    "description": BUSY_DESCRIPTION}})
+    assert len(firing) == 9 and {s["series"].split("{")[0] for s in series} == {
+        "twinrail_gpu_smi_up", "twinrail_gpu_xid_errors", "twinrail_gpu_info", "twinrail_gpu_utilization_ratio",
+        "twinrail_gpu_power_watts", "twinrail_gpu_power_limit_watts"}
+    alert = "TwinrailGpuBusyAtIdlePower"
+    result = rule_test(tmp_path, rules, series, [{"eval_time": "4m", "alertname": alert, "exp_alerts": []},
+                                                 {"eval_time": "6m", "alertname": alert, "exp_alerts": firing}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the test can fail: the working A100s named too is refused
+    a100 = [s for s in series if s["series"].startswith("twinrail_gpu_utilization_ratio{") and 'node="n0"' in s["series"]]
+    assert "A100" in a100[0]["series"]
+    extra = {"exp_labels": {"severity": "warning", **dict(re.findall(r'(\w+)="([^"]*)"', a100[0]["series"]))},
+             "exp_annotations": firing[0]["exp_annotations"]}
+    refused = rule_test(tmp_path, rules, series, [{"eval_time": "6m", "alertname": alert,
+                                                   "exp_alerts": firing + [extra]}])
+    assert refused.returncode != 0
+
+
+BUSY_DESCRIPTION = (
+    "For 5m it drew under 0.3 of its power limit (a GPU without one: under 0 W): a kernel holds the GPU without "
+    "computing. A collective waits for a peer that does not answer or answers slowly (NCCL over a rail that is down, "
+    "stale or slow), or an engine is wedged in a spin. When requests are in flight and no token comes, the guard's "
+    "stall watchdog restarts the engine; otherwise read the engine's journal (twinrail logs), the rails (twinrail "
+    "status) and the Xid lines (journalctl -k -b | grep Xid).")
+
+
+def test_a_busy_gb10_is_judged_by_watts_where_its_profile_sets_them(tmp_path):
+    """A GB10 reports no power limit. The real GB10 answer's 11.17 W, held
+    with the 96 % busy the field's hung GB10s report (prose only: no table
+    of one is public): the dgx-spark profile (25 W) fires, a profile that
+    sets no watts (0) does not judge it."""
+    spark = render_rules(tmp_path, profile="dgx-spark", **LAB)
+    series = gpu_series(GB10, "spark", {"twinrail_gpu_utilization_ratio": "0.96x100"},
+                        meminfo={"MemTotal": 2**37, "MemAvailable": 2**36})
+    assert not any(s["series"].startswith("twinrail_gpu_power_limit_watts") for s in series)
+    labels = dict(re.findall(r'(\w+)="([^"]+)"', next(s["series"] for s in series
+                                                      if s["series"].startswith("twinrail_gpu_utilization_ratio"))))
+    firing = [{"exp_labels": {"severity": "warning", **labels}, "exp_annotations": {
+        "summary": "spark GPU 0 () is 96% busy at idle power",  # the capture asked for no bus id
+        "description": BUSY_DESCRIPTION.replace("under 0 W", "under 25 W")}}]
+    result = rule_test(tmp_path, spark, series, [{"eval_time": "6m", "alertname": "TwinrailGpuBusyAtIdlePower",
+                                                  "exp_alerts": firing}])
+    assert result.returncode == 0, result.stdout + result.stderr
+    unjudged = rule_test(tmp_path, render_rules(tmp_path, **LAB), series,
+                         [{"eval_time": "6m", "alertname": "TwinrailGpuBusyAtIdlePower", "exp_alerts": []}])
+    assert unjudged.returncode == 0, unjudged.stdout + unjudged.stderr
 
 
 def test_joules_per_token_and_cost_from_real_power_and_the_guards_tokens(tmp_path):
