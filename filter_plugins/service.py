@@ -25,6 +25,7 @@ description:
   - "C(twinrail_scale_change): What scale.yml changes: the workers the master serves with now (its configuration's TWINRAIL_GUARD_WORKERS, host@address[=rail]) against the inventory's. ``kept``, ``added``, ``removed`` in a stable order; ``unreachable``: removed workers the run has no address for (``retired``: name -> management address)."
   - "C(twinrail_unit_pids): ``systemctl show --property=Id,MainPID <units>`` -> {unit: pid}: one block per unit, blocks apart by a blank line, the properties in systemd's order (MainPID before Id), not the order asked."
   - "C(twinrail_units_restarted): The units whose main process changed between two readings (or that stopped): 'unit: pid A -> B'."
+  - "C(twinrail_engine_worker_units): A worker's units of the engine (its table): one per rail address where its unit is a template on {address}, else the one (module_utils/engines.py)."
 """
 
 
@@ -166,6 +167,10 @@ def units_restarted(before: str, after: str) -> list[str]:
             if old[unit] and new.get(unit) != old[unit]]
 
 
+def engine_worker_units(engine: dict, addresses: list[str]) -> list[str]:
+    return module_utils("engines").worker_units(engine, list(addresses))
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """twinrail's filters for the inference service."""
 
@@ -179,4 +184,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_scale_change": scale_change,
             "twinrail_unit_pids": unit_pids,
             "twinrail_units_restarted": units_restarted,
+            "twinrail_engine_worker_units": engine_worker_units,
         }

@@ -65,13 +65,12 @@ options:
     description: Model name sent in the requests.
     type: str
     required: true
-  engine:
+  usage_timings:
     description: >-
-      The serving engine. llamacpp reports its timings; vllm only the OpenAI usage, so the rates come from its token
-      counts and the client's clock (time to the first token, then the tokens after it).
-    type: str
-    default: llamacpp
-    choices: [llamacpp, vllm]
+      The engine reports no timings of its own (its table's C(usage_timings): vLLM), only the OpenAI usage: the
+      rates come from its token counts and the client's clock (time to the first token, then the tokens after it).
+    type: bool
+    default: false
   prompts:
     description: Functional prompts, each with name, kind (chat or completion), prompt, expect (words) and max_tokens.
     type: list
@@ -280,7 +279,7 @@ def soak(client, body, spec, sampler):
 def run(module):
     p = module.params
     client = Client(p["url"], p["user"], p["password"], p["validate_certs"], p["timeout"],
-                    usage_timings=p["engine"] == "vllm")
+                    usage_timings=p["usage_timings"])
     sampler = Sampler(p["status_url"], p["sample_interval"], p["power_url"])
     sampler.start()
     failures = []
@@ -448,7 +447,7 @@ def main():
             "status_url": {"type": "str", "required": True},
             "power_url": {"type": "str", "default": ""},
             "model": {"type": "str", "required": True},
-            "engine": {"type": "str", "default": "llamacpp", "choices": ["llamacpp", "vllm"]},
+            "usage_timings": {"type": "bool", "default": False},
             "prompts": {"type": "list", "elements": "dict", "required": True},
             "decode_tokens": {"type": "int", "default": 128},
             "concurrency": {"type": "int", "default": 4},

@@ -231,7 +231,7 @@ def cluster(monkeypatch):
     FakeLlama.hang.clear()
     killed = []
     with guard_on(monkeypatch, FakeLlama) as (guard, proxy_port):
-        monkeypatch.setattr(guard, "kill_llama",
+        monkeypatch.setattr(guard, "restart_engine",
                             lambda *_: (killed.append(time.monotonic()), FakeLlama.hang.clear()))
         yield guard, proxy_port, killed
         FakeLlama.hang.clear()
@@ -497,16 +497,16 @@ def test_the_guards_metrics_follow_a_stopped_worker_and_count_the_refusals(clust
 
 
 def test_a_hung_llama_server_is_really_killed(cluster, monkeypatch):
-    """kill_llama itself (the other tests replace it): the process it finds gets SIGKILL."""
+    """restart_engine itself (the other tests replace it): the process it finds gets SIGKILL."""
     import subprocess
 
     guard, _, _ = cluster
-    monkeypatch.undo()  # the fixture's stand-in kill_llama and node_memory
+    monkeypatch.undo()  # the fixture's stand-in restart_engine and node_memory
     child = subprocess.Popen(["sleep", "60"])
     try:
         monkeypatch.setattr(guard_proxy, "find_processes",
                             lambda name: [{"pid": child.pid, "argv": ["llama-server"], "state": "S"}])
-        guard.kill_llama()
+        guard.restart_engine()
         assert child.wait(timeout=5) == -9
         assert guard.events[-1]["event"] == "restart" and f"pid {child.pid}" in guard.events[-1]["detail"]
     finally:
@@ -517,13 +517,13 @@ def test_a_hung_llama_server_is_really_killed(cluster, monkeypatch):
 @pytest.fixture
 def watched(monkeypatch):
     """A guard with its stall watchdog on (no token for 1.5 s in flight, a
-    probe every 0.5 s idle) in front of FakeLlama; its kill_llama notes
+    probe every 0.5 s idle) in front of FakeLlama; its restart_engine notes
     the time (the test un-wedges the stand-in: systemd's restart)."""
     FakeLlama.hang.clear()
     FakeLlama.wedged.clear()
     killed = []
     with guard_on(monkeypatch, FakeLlama, stall_after=1.5, idle_probe=0.5) as (guard, proxy_port):
-        monkeypatch.setattr(guard, "kill_llama", lambda *_: killed.append(time.monotonic()))
+        monkeypatch.setattr(guard, "restart_engine", lambda *_: killed.append(time.monotonic()))
         yield guard, proxy_port, killed
         FakeLlama.wedged.clear()
         FakeLlama.hang.clear()

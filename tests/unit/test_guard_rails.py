@@ -182,7 +182,7 @@ def test_the_guard_serves_on_the_other_rail_while_one_stays_cut_then_on_both(tmp
                               restart_grace=60, rails=built, master_share=master, degrade_after=1.0,
                               restore_after=1.0, override=str(override))
     kills = []
-    monkeypatch.setattr(guard, "kill_llama", lambda why="": kills.append((time.monotonic(), why)))
+    monkeypatch.setattr(guard, "restart_engine", lambda why="": kills.append((time.monotonic(), why)))
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     proxy = serve(guard_proxy.make_proxy_handler(guard), "127.0.0.1")
@@ -237,7 +237,7 @@ def test_without_rail_options_a_cut_rail_stays_a_503(monkeypatch):
     guard = guard_proxy.Guard([("w1", "127.0.0.2"), ("w1", "127.0.0.3")], port, ("127.0.0.1", 1), soft=85,
                               hard=92, slots=2, interval=0.1, grace=0.3, probe_timeout=1.0, restart_grace=60)
     kills = []
-    monkeypatch.setattr(guard, "kill_llama", lambda why="": kills.append(why))
+    monkeypatch.setattr(guard, "restart_engine", lambda why="": kills.append(why))
     stop = threading.Event()
     threading.Thread(target=guard.monitor, args=(stop,), daemon=True).start()
     try:
@@ -307,3 +307,43 @@ class socket_port:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_the_agent_restarts_the_engine_on_its_path_and_the_old_one(monkeypatch):
+    """The guard asks POST /engine/restart (agent.RESTART_PATH); a guard of
+    the release before asks /rpc/restart, which answers the same; any other
+    path is a 404 naming the right one. The restart is of the rail it was
+    asked over."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
+    from test_guard import free_port  # pylint: disable=import-outside-toplevel
+
+    asked = []
+    monkeypatch.setattr(guard_agent, "restart_rpc", lambda address, rpc_port: asked.append((address, rpc_port))
+                        or {"address": address, "ok": True})
+    port = free_port()
+    args = argparse.Namespace(address=["127.0.0.3"], port=port, rpc_port=50052, engine="llamacpp")
+    threading.Thread(target=guard_agent.run_agent, args=(args,), daemon=True).start()
+
+    def post(path: str) -> tuple[int, dict]:
+        request = urllib.request.Request(f"http://127.0.0.3:{port}{path}", data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            status, answer = post(guard_agent.RESTART_PATH)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the agent did not answer"
+            time.sleep(0.05)
+    assert guard_agent.RESTART_PATH == "/engine/restart" and (status, answer["ok"]) == (200, True)
+    assert post("/rpc/restart")[0] == 200
+    assert asked == [("127.0.0.3", 50052)] * 2
+    assert post("/restart") == (404, {"error": "GET /status, POST /engine/restart"}) and len(asked) == 2

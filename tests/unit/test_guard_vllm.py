@@ -102,7 +102,7 @@ def test_the_probe_asks_rank_0_an_openai_completion(upstream):
 
 
 def test_the_whole_group_is_restarted(upstream, monkeypatch):
-    """kill_llama with vLLM: rank 0's main process gets SIGKILL, every
+    """restart_engine with vLLM: rank 0's main process gets SIGKILL, every
     worker's agent is asked to restart its own."""
     child = subprocess.Popen(["sleep", "60"])
     asked = []
@@ -110,8 +110,8 @@ def test_the_whole_group_is_restarted(upstream, monkeypatch):
     try:
         monkeypatch.setattr(guard_proxy, "unit_processes",
                             lambda unit: [{"pid": child.pid, "argv": ["VLLM::APIServer"], "state": "S"}])
-        monkeypatch.setattr(g, "restart_rpc", lambda address: asked.append(address))
-        g.kill_llama("hung")
+        monkeypatch.setattr(g, "restart_worker", lambda address: asked.append(address))
+        g.restart_engine("hung")
         assert child.wait(timeout=5) == -9
         assert asked == ["198.19.0.2"]
         assert [e["event"] for e in g.events[-2:]] == ["restart", "restart"]
@@ -125,7 +125,7 @@ def test_an_unavailable_group_is_restarted_after_the_grace_only(upstream, monkey
     Upstream.status = 503
     g = guard(upstream, "vllm", restart_grace=0.5)
     kills = []
-    monkeypatch.setattr(g, "kill_llama", lambda why="": kills.append(why))
+    monkeypatch.setattr(g, "restart_engine", lambda why="": kills.append(why))
     monkeypatch.setattr(g, "check_workers", lambda: None)
     monkeypatch.setattr(guard_proxy, "node_memory", lambda: {"total": 2**30, "used": 1, "percent": 1.0})
     stop = threading.Event()

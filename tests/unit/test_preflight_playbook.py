@@ -106,6 +106,11 @@ def test_several_defects_are_listed_together(tmp_path):
      "weights: spark-a: weights_sync_transfer_timeout: expected a timeout above the I/O timeout, got 5, "
      "weights_sync_io_timeout 10; nothing was changed"),
     ({"rdma_network_roce_priority": 9}, "rdma: spark-a: rdma_network_roce_priority: expected 0 to 7, got 9"),
+    # an engine that is no engine folder: named with the engines there are, before any role reads it
+    ({"inference_service_engine": "sglang"},
+     "service: inference_service_engine: spark-a: expected one of llamacpp, vllm (an engine is a folder "
+     "roles/inference_service/tasks/engines/<name>/ with its table roles/inference_service/vars/engines/<name>.yml), "
+     "got 'sglang'; nothing was changed"),
 ])
 def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
     inv = make_inventory(tmp_path, "spark-a", change)

@@ -12,6 +12,8 @@ import yaml
 
 from conftest import REPO
 
+import engines
+
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 MODULES = {p.stem for p in (REPO / "library").glob("*.py")}
 PLAYBOOKS = sorted([*REPO.glob("*.yml"), *(REPO / "playbooks").glob("*.yml")])
@@ -34,14 +36,19 @@ def includes() -> dict[str, set[str]]:
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
                 if isinstance(node.get(key), dict) and "tasks_from" in node[key]:
                     entry = node[key]["tasks_from"]
+                    # the runtime stage's work and gate, as the engine's table names them: every engine's
+                    chosen = re.fullmatch(r"\{\{ lookup\('twinrail_engine', 'table'\)\.runtime\.(\w+) \}\}", entry)
+                    entries = ({engines.table(e, REPO)["runtime"][chosen.group(1)] for e in engines.names(REPO)}
+                               if chosen else {entry})
                     # Ansible names the entry point by tasks_from as written:
                     # "start.yml" would never meet the spec "start"
-                    assert entry == Path(entry).stem, f"tasks_from: {entry}: write it without .yml, or its spec is skipped"
+                    assert all(e == Path(e).stem for e in entries), \
+                        f"tasks_from: {entry}: write it without .yml, or its spec is skipped"
                     names = node[key]["name"]
                     if names == "{{ __preflight_stage }}":  # preflight's loop over every stage
                         names = node["loop"]
                     for name in [names] if isinstance(names, str) else names:
-                        found.setdefault(name, set()).add(entry)
+                        found.setdefault(name, set()).update(entries)
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -73,7 +80,7 @@ def set_by_the_role(role: str) -> set[str]:
             for value in node:
                 walk(value)
 
-    for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+    for path in (REPO / "roles" / role / "tasks").rglob("*.yml"):
         walk(yaml.safe_load(path.read_text()))
     return names
 
@@ -123,9 +130,9 @@ def undeclared_reads(role: str, options: set[str]) -> dict[str, str]:
     read: dict[str, str] = {}
     base = REPO / "roles" / role
     for sub in ("tasks", "templates", "handlers", "vars", "defaults"):
-        for path in sorted((base / sub).glob("*")) if (base / sub).is_dir() else []:
+        for path in sorted(p for p in (base / sub).rglob("*") if p.is_file()) if (base / sub).is_dir() else []:
             for name in re.findall(rf"(?<![\w.]){prefix}\w+", path.read_text()):
-                read.setdefault(name, f"{sub}/{path.name}")
+                read.setdefault(name, f"{sub}/{path.relative_to(base / sub)}")
     # modules named like the role (acceptance_run) and names built by
     # concatenation (kernel_tuning_thp_ ~ key) are not variables
     return {name: where for name, where in read.items()

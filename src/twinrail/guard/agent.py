@@ -1,7 +1,10 @@
 """The agent on each worker: GET /status on every rail address, with the
 state of the RPC server bound to that address and the node's memory;
-POST /rpc/restart on a rail address restarts the RPC server bound to it
-(the master's guard asks before it serves on that rail again)."""
+POST /engine/restart on a rail address restarts the engine's process bound
+to it: llama.cpp's RPC server on that address, vLLM's headless node (the
+master's guard asks before it serves on that rail again, or to restart a
+vLLM group whole). POST /rpc/restart, its name before, answers the same for
+the guards of the release before this one."""
 
 from __future__ import annotations
 
@@ -17,11 +20,17 @@ from twinrail.guard.procs import VLLM_UNIT, rpc_server_state, unit_processes, vl
 from twinrail.guard.web import _JSONHandler, log
 
 
+# the path the guard asks a restart of the worker's engine on; the old name
+# answers too, for one release (a guard of the release before asks it)
+RESTART_PATH = "/engine/restart"
+RESTART_PATHS = (RESTART_PATH, "/rpc/restart")
+
+
 def agent_status(addresses: list[str], rpc_port: int, engine: str = "llamacpp") -> dict:
     """What the guard asks of a worker: with llama.cpp the RPC server on each
     rail address, with vLLM the node's headless process (its group runs over
     rail0)."""
-    rpc = [vllm_state(a) if engine == "vllm" else rpc_server_state(a, rpc_port) for a in addresses]
+    rpc = [WORKER_ENGINES[engine]["state"](a, rpc_port) for a in addresses]
     return {"host": socket.gethostname(), "memory": node_memory(), "rpc": rpc,
             "ok": all(r["ok"] for r in rpc)}
 
@@ -66,24 +75,35 @@ def restart_vllm(address: str, proc: str = "/proc") -> dict:
     return {"address": address, "ok": True, "old_pid": processes[0]["pid"]}
 
 
+# Each engine's process on a worker: how the agent reads its state on a
+# rail address and restarts it (the names are looked up when called, so a
+# test can stand in for them).
+WORKER_ENGINES = {
+    "llamacpp": {"state": lambda address, rpc_port: rpc_server_state(address, rpc_port),
+                 "restart": lambda address, rpc_port: restart_rpc(address, rpc_port)},
+    "vllm": {"state": lambda address, rpc_port: vllm_state(address),
+             "restart": lambda address, rpc_port: restart_vllm(address)},
+}
+
+
 def run_agent(args) -> None:
     addresses = args.address
 
     class Handler(_JSONHandler):
         def do_GET(self):
             if self.path != "/status":
-                self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
+                self.send_json(404, {"error": f"GET /status, POST {RESTART_PATH}"})
                 return
             self.send_json(200, agent_status(addresses, args.rpc_port, args.engine))
 
         def do_POST(self):
-            if self.path != "/rpc/restart":
-                self.send_json(404, {"error": "GET /status, POST /rpc/restart"})
+            if self.path not in RESTART_PATHS:
+                self.send_json(404, {"error": f"GET /status, POST {RESTART_PATH}"})
                 return
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             address = self.connection.getsockname()[0]  # the rail it was asked over
-            result = restart_vllm(address) if args.engine == "vllm" else restart_rpc(address, args.rpc_port)
-            log(f"agent: restart of the RPC server on {address} asked by {self.client_address[0]}: {result}")
+            result = WORKER_ENGINES[args.engine]["restart"](address, args.rpc_port)
+            log(f"agent: restart of the engine ({args.engine}) on {address} asked by {self.client_address[0]}: {result}")
             self.send_json(200 if result["ok"] else 500, result)
 
     servers = []

@@ -9,10 +9,10 @@ import argparse
 import json
 
 from twinrail.guard import __doc__ as GUARD_DOC
-from twinrail.guard.agent import run_agent
+from twinrail.guard.agent import WORKER_ENGINES, run_agent
 from twinrail.guard.gpu import run_gpu
 from twinrail.guard.memory import node_memory
-from twinrail.guard.proxy import run_proxy
+from twinrail.guard.proxy import ENGINES, run_proxy
 from twinrail.guard.textfile import run_transport
 
 
@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> None:
     agent.add_argument("--address", action="append", required=True, help="a rail address (repeat)")
     agent.add_argument("--port", type=int, required=True)
     agent.add_argument("--rpc-port", type=int, required=True)
-    agent.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp",
+    agent.add_argument("--engine", choices=sorted(WORKER_ENGINES), default="llamacpp",
                        help="what runs on the worker: RPC servers (llamacpp) or a headless vLLM")
-    proxy = sub.add_parser("proxy", help="on the master: between nginx and llama-server")
+    proxy = sub.add_parser("proxy", help="on the master: between nginx and the engine")
     proxy.add_argument("--listen-host", required=True)
     proxy.add_argument("--listen-port", type=int, required=True)
     proxy.add_argument("--upstream", required=True)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     proxy.add_argument("--model", default="",
                        help="the served model's name: the label of the traffic's metrics (default unknown)")
     # serving on fewer rails (rails.py): all four, or none (every rail always serves)
-    proxy.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp",
+    proxy.add_argument("--engine", choices=sorted(ENGINES), default="llamacpp",
                        help="the upstream: llama-server (llamacpp) or vLLM's OpenAI server")
     proxy.add_argument("--rpc-servers", default="", help="llama-server's --rpc list (the configuration's)")
     proxy.add_argument("--split", default="", help="its --tensor-split proportions (the configuration's)")

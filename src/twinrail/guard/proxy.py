@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-from twinrail.guard import access, metrics, rails as rails_mod
+from twinrail.guard import access, agent, metrics, rails as rails_mod
 from twinrail.guard.handler import make_proxy_handler
 from twinrail.guard.memory import node_memory
 from twinrail.guard.procs import VLLM_UNIT, find_processes, unit_processes
@@ -32,12 +32,19 @@ from twinrail.guard.web import log
 # whether its loop still turns while requests are in flight without a token
 # (llama-server's /slots is answered by its main loop between batches, so a
 # wedged loop leaves it unanswered; vLLM's API server answers on its own,
-# so its loop is asked with the probe, which joins the running batch).
+# so its loop is asked with the probe, which joins the running batch); the
+# processes a restart kills; and whether it runs as a group (vLLM: a rank
+# cannot rejoin, so a restart is every node's, and a group that stays
+# unavailable with every worker up is restarted whole). The stages' table of
+# the engines is module_utils/engines.py's; a unit test holds the two to the
+# same engines.
 ENGINES = {
     "llamacpp": {"name": "llama-server", "probe": ("/completion", {"prompt": "ok", "n_predict": 1}),
-                 "probe_names_model": False, "loop": ("GET", "/slots", None)},
+                 "probe_names_model": False, "loop": ("GET", "/slots", None),
+                 "processes": lambda: find_processes("llama-server"), "group": False},
     "vllm": {"name": "vLLM", "probe": ("/v1/completions", {"prompt": "ok", "max_tokens": 1}),
-             "probe_names_model": True, "loop": None},
+             "probe_names_model": True, "loop": None,
+             "processes": lambda: unit_processes(VLLM_UNIT), "group": True},
 }
 
 
@@ -85,7 +92,7 @@ class Guard:
         self.worker_problems: dict[str, str] = {}
         self.memory: dict[str, dict] = {}
         self.needs_probe = True  # llama-server not yet seen answering
-        self.llama_problem = "llama-server not yet answering"
+        self.engine_problem = "llama-server not yet answering"
         self.active = 0
         self.last_kill = 0.0
         self.events: list[dict] = []
@@ -152,7 +159,7 @@ class Guard:
         """Why a request must get a 503 now, or None."""
         problems = self.serving_problems()
         with self.lock:
-            needs_probe, llama_problem = self.needs_probe, self.llama_problem
+            needs_probe, engine_problem = self.needs_probe, self.engine_problem
             switching = self.switching
         if problems:
             reason = "worker unavailable: " + "; ".join(problems[a] for a in sorted(problems))
@@ -161,7 +168,7 @@ class Guard:
                            f"{self.degrade_after:g} s)")
             return reason
         if needs_probe:
-            return f"recovering: {llama_problem}"
+            return f"recovering: {engine_problem}"
         if switching and not queued:
             return f"recovering: {switching}"
         level, detail = self.memory_level()
@@ -308,7 +315,7 @@ class Guard:
                     self.problem_since.pop(address, None)
             if set(lost) & self.serving:
                 self.needs_probe = True
-                self.llama_problem = "waiting for llama-server after the worker came back"
+                self.engine_problem = "waiting for llama-server after the worker came back"
                 self.lock.notify_all()
         for address in lost:
             self.event("worker lost", problems[address])
@@ -390,39 +397,33 @@ class Guard:
         with self.lock:
             self.stall = f"{name} stalled: {why}"
             self.needs_probe = True
-            self.llama_problem = self.stall
+            self.engine_problem = self.stall
             self.stalls += 1
             self.lock.notify_all()
         self.event("stall", f"{name}: {why}")
         # not held back by restart_grace (which spares an engine still
         # loading after the last kill): a stall is only looked for once the
         # engine answered its probe since then, so it loaded and wedged
-        self.kill_llama(f"stalled ({why})")
+        self.restart_engine(f"stalled ({why})")
 
-    def kill_llama(self, why: str = "hung after the workers came back") -> None:
-        if self.engine == "vllm":
-            # the whole group: a rank cannot rejoin a running group, so rank 0's
-            # unit (its main process: systemd stops the rest and starts it
-            # again) and every worker's, through its agent
-            for process in unit_processes(VLLM_UNIT)[:1]:
-                try:
-                    os.kill(process["pid"], signal.SIGKILL)
-                    self.event("restart", f"vLLM (pid {process['pid']}) {why}: killed, systemd starts it again")
-                except OSError as exc:
-                    self.event("restart failed", f"vLLM (pid {process['pid']}): {exc}")
-            for host, address in self.workers:
-                problem = self.restart_rpc(address)
-                self.event("restart" if problem is None else "restart failed",
-                           f"vLLM on {host}: {'killed, systemd starts it again' if problem is None else problem}")
-            self.last_kill = time.monotonic()
-            return
-        for process in find_processes("llama-server"):
+    def restart_engine(self, why: str = "hung after the workers came back") -> None:
+        """Kill the engine's main process on the master for systemd to start
+        again; an engine that runs as a group (ENGINES' "group": vLLM, whose
+        rank cannot rejoin a running group) has every worker's restarted
+        too, through its agent."""
+        name = self.facts["name"]
+        for process in self.facts["processes"]()[:1 if self.facts["group"] else None]:
             try:
                 os.kill(process["pid"], signal.SIGKILL)
-                self.event("restart", f"llama-server (pid {process['pid']}) {why}: "
-                                      "killed, systemd starts it again once every worker answers")
+                self.event("restart", f"{name} (pid {process['pid']}) {why}: killed, systemd starts it again"
+                                      + ("" if self.facts["group"] else " once every worker answers"))
             except OSError as exc:
-                self.event("restart failed", f"llama-server (pid {process['pid']}): {exc}")
+                self.event("restart failed", f"{name} (pid {process['pid']}): {exc}")
+        if self.facts["group"]:
+            for host, address in self.workers:
+                problem = self.restart_worker(address)
+                self.event("restart" if problem is None else "restart failed",
+                           f"{name} on {host}: {'killed, systemd starts it again' if problem is None else problem}")
         self.last_kill = time.monotonic()
 
     def monitor(self, stop: threading.Event) -> None:
@@ -449,32 +450,33 @@ class Guard:
                         self.last_progress = self.last_probe = time.monotonic()
                         self.lock.notify_all()
                     elif self.stall is None:
-                        self.llama_problem = f"{self.facts['name']}: {problem}"
+                        self.engine_problem = f"{self.facts['name']}: {problem}"
                 if problem is None:
                     degraded = self.degraded()
                     self.event("available", f"{self.facts['name']} answers, {degraded}" if degraded
                                else f"{self.facts['name']} answers and every worker is up")
                 elif problem == "hung" and workers_ok \
                         and time.monotonic() - self.last_kill > self.restart_grace:
-                    self.kill_llama()
-                elif self.engine == "vllm" and workers_ok:
+                    self.restart_engine()
+                elif self.facts["group"] and workers_ok:
                     # a group that lost a rank does not form again by itself (the
                     # others wait at the rendezvous or hold a broken group):
                     # restarted whole once it stays unavailable past the grace
                     self.unavailable_since = self.unavailable_since or time.monotonic()
                     if time.monotonic() - max(self.unavailable_since, self.last_kill) > self.restart_grace:
-                        self.kill_llama(f"not available for {self.restart_grace:g} s with every worker up")
+                        self.restart_engine(f"not available for {self.restart_grace:g} s with every worker up")
                 if problem is None:
                     self.unavailable_since = None
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     # ---- serving on fewer rails
-    def restart_rpc(self, address: str) -> str | None:
-        """Ask the worker's agent, over the rail, to restart the RPC server
-        on it (it may hold the connection of a llama-server killed while the
-        rail was cut: a one-client server never sees that end). None when
-        a new one listens."""
-        request = urllib.request.Request(f"http://{address}:{self.agent_port}/rpc/restart", data=b"{}",
+    def restart_worker(self, address: str) -> str | None:
+        """Ask the worker's agent, over the rail, to restart the engine's
+        process on it: llama.cpp's RPC server (it may hold the connection of
+        a llama-server killed while the rail was cut: a one-client server
+        never sees that end), vLLM's headless node. None when a new one
+        listens."""
+        request = urllib.request.Request(f"http://{address}:{self.agent_port}{agent.RESTART_PATH}", data=b"{}",
                                          method="POST", headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -507,7 +509,7 @@ class Guard:
             if busy and now - self.switch_wait_since < self.drain_limit:
                 return
             for address in added:
-                problem = self.restart_rpc(address)
+                problem = self.restart_worker(address)
                 if problem:
                     self.event("switch failed", f"the RPC server on {address} was not restarted: {problem}; "
                                                 "trying again in 10 s")
@@ -526,20 +528,20 @@ class Guard:
             self.serving = wanted
             self.switching, self.switch_wait_since = None, None
             self.needs_probe = True
-            self.llama_problem = f"llama-server restarting, {after or 'on every rail again'}"
+            self.engine_problem = f"llama-server restarting, {after or 'on every rail again'}"
             self.lock.notify_all()
         if after:
             self.event("degraded", f"{after}: a rail down for {self.degrade_after:g} s; llama-server restarted "
                                    "without it")
         else:
             self.event("restored", f"every rail serves again (healthy for {self.restore_after:g} s)")
-        self.kill_llama("restarted on the rails that serve" if after else "restarted on every rail")
+        self.restart_engine("restarted on the rails that serve" if after else "restarted on every rail")
 
     def upstream_failed(self, detail: str) -> None:
         with self.lock:
             if not self.needs_probe:
                 self.needs_probe = True
-                self.llama_problem = detail
+                self.engine_problem = detail
         self.event("upstream failed", detail)
 
 
