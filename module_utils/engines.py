@@ -41,6 +41,7 @@ KEYS = {
     "cpu_kvcache": (str, type(None)),      # the setting of a cache each node holds besides the weights without GPUs
     "drill_rail": int,        # acceptance's rail drill: the index of the rail it cuts
     "usage_timings": bool,    # acceptance: rates from OpenAI usage and the client's clock (no engine timings)
+    "dashboard": dict,        # {running, waiting}: {query, label}: the dashboard's lines of the engine's own series
 }
 
 

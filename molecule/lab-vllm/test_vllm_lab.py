@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -103,6 +104,38 @@ def test_the_groups_rendezvous_is_open_on_the_rails_only():
     over_mgmt = subprocess.run([sys.executable, "-c", probe.format("198.18.0.10")], capture_output=True, text=True,
                                check=False)
     assert over_mgmt.returncode != 0 and "timed out" in over_mgmt.stderr, over_mgmt.stdout + over_mgmt.stderr
+
+
+def test_the_dashboard_draws_vllms_own_lines_in_chromium():
+    """The engine's table names its series for the dashboard (engine.json):
+    under vLLM the requests panels draw vLLM's running and waiting
+    requests (scraped from its /metrics), where llama.cpp's draw
+    llama-server's, in headless Chromium."""
+    from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
+
+    for _ in range(2):  # something for the rates
+        client().completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8)
+    time.sleep(12)  # two scrapes after them
+    password = (STATE / "service-password").read_text().strip()
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-proxy-server"])
+        try:
+            context = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1200},
+                                          http_credentials={"username": "operator", "password": password})
+            page = context.new_page()
+            page.goto("https://127.0.0.1:8443/dashboard/")
+            page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+            panels = {pid: (state, json.loads(labels or "[]"), points) for pid, state, labels, points in
+                      page.eval_on_selector_all(".panel", "els => els.map(e => [e.id, e.dataset.state, "
+                                                          "e.dataset.labels, Number(e.dataset.points || 0)])")}
+        finally:
+            browser.close()
+    print(f"dashboard under vLLM: active {panels['panel-active']}, queue {panels['panel-queue']}")
+    for pid, line in (("panel-active", "vLLM running"), ("panel-queue", "vLLM waiting")):
+        state, labels, points = panels[pid]
+        assert state == "drawn" and line in labels and points > 0, (pid, panels[pid])
+        assert not any("llama-server" in label for label in labels), (pid, labels)
 
 
 def test_a_second_run_changes_nothing_and_shakes_hands_again():

@@ -25,6 +25,10 @@ import pytest
 from lab_client import (ALERTMANAGER_PORT, EXPORTER_PORT, MASTER, PASSWORD, PROJECT, PROMETHEUS_PORT, WORKER, chat, hog,
                         lab, node, record, unhog, wait_available)
 
+from twinrail.loader import module_utils
+
+engines = module_utils("engines")
+
 testinfra_hosts = ["ansible://master"]
 
 BASE = "https://127.0.0.1:8443"
@@ -73,7 +77,11 @@ def panel_queries() -> list[tuple[str, str, bool]]:
     panels = re.findall(r'\{id: "(\w+)", title:(.*?)queries: \[(.*?)\]\}', text, re.S)
     out = [(pid, json.loads(f'"{q}"'), "needs:" in head) for pid, head, body in panels
            for q in re.findall(r'q: "((?:[^"\\]|\\.)*)"', body)]
-    assert len({pid for pid, _, _ in out}) == 10, out
+    # the engine's own lines (engine.json, from its table): the lab's is llama.cpp
+    lines = engines.table("llamacpp", PROJECT)["dashboard"]
+    out += [(pid, lines[line]["query"], False) for pid, head, _ in panels
+            for line in re.findall(r'engine: "(\w+)"', head)]
+    assert len({pid for pid, _, _ in out}) == 10 and len(out) == 22, out
     assert {pid for pid, _, gpu in out if gpu} == {"gpu", "energy"}, out
     return out
 
@@ -185,6 +193,7 @@ def test_the_dashboard_draws_its_panels_in_chromium(host):
             page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
             panels = page.eval_on_selector_all(
                 ".panel", "els => els.map(e => [e.id, e.dataset.state, Number(e.dataset.points || 0)])")
+            labels = dict(page.eval_on_selector_all(".panel", "els => els.map(e => [e.id, e.dataset.labels || ''])"))
             workers = page.inner_text("#workers")
             page.screenshot(path=str(SHOTS / "twinrail-dashboard.png"), full_page=True)
             # a wider window asks Prometheus again
@@ -200,6 +209,8 @@ def test_the_dashboard_draws_its_panels_in_chromium(host):
     assert [(pid, state) for pid, state, _ in panels if pid in gpu] == [("panel-gpu", "unknown"),
                                                                         ("panel-energy", "unknown")], panels
     assert "lab-worker1 198.19.0.2: up" in workers and "lab-worker1 198.19.1.2: up" in workers
+    # the engine's own lines, from its table (engine.json)
+    assert "llama-server processing" in labels["panel-active"] and "llama-server deferred" in labels["panel-queue"], labels
 
 
 # ---------------------------------------------------------------- alert drills

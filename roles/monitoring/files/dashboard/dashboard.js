@@ -2,7 +2,7 @@
 // errors) and the GPUs' own (telemetry, energy per token), from Prometheus's HTTP API
 // (through the proxy: api/ under this page is Prometheus's /api/), drawn
 // with uPlot, over a chosen window; and the cluster at a glance.
-// Each panel says how it was drawn (data-state, data-series, data-points)
+// Each panel says how it was drawn (data-state, data-series, data-points, data-labels)
 // for the lab's browser test.
 "use strict";
 
@@ -19,14 +19,13 @@ const PANELS = [
      {q: "twinrail:rail_receive_bits:rate1m / 1e9", label: m => m.node + " " + m.rail + " in"}]},
   {id: "kvcache", title: "KV cache used (% of every slot's context)", unit: "%",
    queries: [{q: "100 * twinrail_kv_cache_usage_ratio", label: () => "KV cache"}]},
-  {id: "active", title: "Requests generating", unit: "",
+  // the engine's own line (engine.json: its table's series) is added at setup
+  {id: "active", title: "Requests generating", unit: "", engine: "running",
    queries: [
-     {q: "twinrail_guard_requests_active", label: () => "through the guard"},
-     {q: "llamacpp:requests_processing", label: () => "llama-server processing"}]},
-  {id: "queue", title: "Queue depth (requests waiting for a slot)", unit: "",
+     {q: "twinrail_guard_requests_active", label: () => "through the guard"}]},
+  {id: "queue", title: "Queue depth (requests waiting for a slot)", unit: "", engine: "waiting",
    queries: [
-     {q: "twinrail_guard_requests_waiting", label: () => "guard queue"},
-     {q: "llamacpp:requests_deferred", label: () => "llama-server deferred"}]},
+     {q: "twinrail_guard_requests_waiting", label: () => "guard queue"}]},
   {id: "latency", title: "Latency (s): first token and whole request, p50 and p99", unit: "s",
    queries: [
      {q: "twinrail:time_to_first_token_seconds:p50", label: m => "first token p50"},
@@ -93,6 +92,7 @@ async function drawPanel(panel, element) {
   const points = data.slice(1).reduce((n, s) => n + s.filter(v => v !== null).length, 0);
   element.dataset.series = String(labels.length);
   element.dataset.points = String(points);
+  element.dataset.labels = JSON.stringify(labels);
   const plot = element.querySelector(".plot");
   if (charts[panel.id]) { charts[panel.id].destroy(); delete charts[panel.id]; }
   plot.innerHTML = "";
@@ -159,7 +159,24 @@ async function refresh() {
   }
 }
 
-function setup() {
+// The engine's series (engine.json, written by the monitoring stage from the
+// engine's table): {running: {query, label}, waiting: {query, label}}
+async function engineLines() {
+  try {
+    const response = await fetch("engine.json", {credentials: "same-origin"});
+    if (!response.ok) return;
+    const lines = await response.json();
+    for (const panel of PANELS) {
+      const line = panel.engine && lines[panel.engine];
+      if (line) panel.queries.push({q: line.query, label: () => line.label});
+    }
+  } catch (error) {
+    // no engine.json: the guard's lines alone
+  }
+}
+
+async function setup() {
+  await engineLines();
   const main = document.getElementById("panels");
   for (const panel of PANELS) {
     const element = document.createElement("section");
