@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """lookup('twinrail_engine'): the engine this host serves with, chosen in
 one place (module_utils/engines.py); lookup('twinrail_engine', 'table'):
-its table (roles/inference_service/vars/engines/<engine>.yml)."""
+its table (roles/inference_service/engines/<engine>.yml)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ short_description: The engine a host serves with, and its table
 description:
   - Without a term, the engine of this host, chosen once a run by preflight (the fact C(twinrail_engine)), else
     from the inventory's C(inference_service_engine), else its hardware profile's; an engine that is not one of
-    the engine folders (C(roles/inference_service/tasks/engines/<name>/) with C(vars/engines/<name>.yml)) is an
+    the engine folders (C(roles/inference_service/tasks/engines/<name>/) with C(engines/<name>.yml)) is an
     error naming the engines there are.
   - With the term C(table), that engine's table (units, templates, timeouts, runtime, what other stages read).
   - With the term C(problem), the sentence refusing the host's engine, or an empty string.

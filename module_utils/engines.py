@@ -3,7 +3,7 @@
 
 An engine is a folder: its tasks in roles/inference_service/tasks/engines/
 <name>/ (one file per step the service stage takes: settings, validate,
-configure, serve, gate) and its table in roles/inference_service/vars/
+configure, serve, gate) and its table in roles/inference_service/
 engines/<name>.yml (what every role reads of it: units, environment
 template, timeouts, runtime, what acceptance and preflight check). The
 engines there are, are the folders that have a table; an engine is chosen
@@ -23,7 +23,7 @@ import yaml
 
 ROLE = Path("roles") / "inference_service"
 TASKS = ROLE / "tasks" / "engines"
-TABLES = ROLE / "vars" / "engines"
+TABLES = ROLE / "engines"
 # the steps of the service stage an engine's folder holds, one file each
 STEPS = ("settings", "validate", "configure", "serve", "gate")
 # what its table says, and in what form

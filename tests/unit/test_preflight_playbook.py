@@ -109,7 +109,7 @@ def test_several_defects_are_listed_together(tmp_path):
     # an engine that is no engine folder: named with the engines there are, before any role reads it
     ({"inference_service_engine": "sglang"},
      "service: inference_service_engine: spark-a: expected one of llamacpp, vllm (an engine is a folder "
-     "roles/inference_service/tasks/engines/<name>/ with its table roles/inference_service/vars/engines/<name>.yml), "
+     "roles/inference_service/tasks/engines/<name>/ with its table roles/inference_service/engines/<name>.yml), "
      "got 'sglang'; nothing was changed"),
 ])
 def test_a_bad_stage_setting_stops_the_run_on_the_controller(tmp_path, change, expected):
