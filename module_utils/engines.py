@@ -104,3 +104,18 @@ def worker_units(engine: dict, addresses: list[str]) -> list[str]:
     if "{address}" in engine["worker_unit"]:
         return [engine["worker_unit"].format(address=address) for address in addresses]
     return [engine["worker_unit"]]
+
+
+def of_inventory(hostvars: dict, host: str, root: Path, default_profile: str = "x86-connectx") -> dict:
+    """The table of the engine an inventory's host serves with, for the
+    commands that read the inventory themselves (the `twinrail` command):
+    its inference_service_engine, else its hardware profile's
+    (profiles/<twinrail_profile>.yml)."""
+    value = hostvars.get("inference_service_engine")
+    if value is None:
+        profile = hostvars.get("twinrail_profile") or default_profile
+        path = root / "profiles" / f"{profile}.yml"
+        settings = (yaml.safe_load(path.read_text()) or {}).get("settings", {}) if path.is_file() else {}
+        value = settings.get("inference_service_engine")
+    return table(choose(value, host, root), root)
+

@@ -43,11 +43,33 @@ def test_the_inventory_gives_the_nodes_and_how_to_reach_them(cluster):
     worker = cluster.node("lab-worker1")
     assert worker.become and worker.known_hosts.endswith("/.local/state/twinrail-lab/known_hosts")
     assert [r.address for r in worker.rails] == ["198.19.0.2", "198.19.1.2"]
-    assert worker.units(50052) == ["twinrail-firewall.service", "twinrail-rpc@198.19.0.2.service",
-                                   "twinrail-rpc@198.19.1.2.service", "twinrail-agent.service"]
+    assert cluster.engine["name"] == "llamacpp"  # the lab's profile's
+    assert worker.units(cluster.engine) == ["twinrail-firewall.service", "twinrail-rpc@198.19.0.2.service",
+                                            "twinrail-rpc@198.19.1.2.service", "twinrail-agent.service"]
+    assert cluster.master.units(cluster.engine) == ["twinrail-firewall.service", "twinrail-llama.service",
+                                                    "twinrail-guard.service", "nginx.service"]
     with pytest.raises(inventory.InventoryError, match="no node 'lab-worker9' in the inventory; its nodes: "
                                                        "lab-master, lab-worker1"):
         cluster.node("lab-worker9")
+
+
+def test_the_units_follow_the_inventorys_engine():
+    """The vLLM lab's inventory: status looks for vLLM's units, not
+    llama.cpp's; an engine that is no engine folder is refused naming them."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    listing = json.loads(subprocess.run(["ansible-inventory", "-i", str(REPO / "inventory" / "lab-vllm"), "--list"],
+                                        cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout)
+    vllm = inventory.parse(listing)
+    assert vllm.engine["name"] == "vllm"
+    assert vllm.master.units(vllm.engine) == ["twinrail-firewall.service", "twinrail-vllm.service",
+                                              "twinrail-guard.service", "nginx.service"]
+    assert vllm.node("lab-worker1").units(vllm.engine) == ["twinrail-firewall.service", "twinrail-vllm.service",
+                                                           "twinrail-agent.service"]
+    for hv in listing["_meta"]["hostvars"].values():
+        hv["inference_service_engine"] = "sglang"
+    with pytest.raises(inventory.InventoryError, match="inference_service_engine: lab-master: expected one of "
+                                                       "llamacpp, vllm"):
+        inventory.parse(listing)
 
 
 def test_the_converged_lab_is_health_ok(cluster):

@@ -57,11 +57,13 @@ class Node:
         """The monitoring stage's units on this node."""
         return list(MONITORING_UNITS[self.role])
 
-    def units(self, rpc_port: int) -> list[str]:
-        """The units this node runs for the service, in startup order."""
+    def units(self, engine: dict) -> list[str]:
+        """The units this node runs for the service, in startup order, with
+        the engine (its table: module_utils/engines.py)."""
         if self.role == "master":
-            return ["twinrail-firewall.service", "twinrail-llama.service", "twinrail-guard.service", "nginx.service"]
-        return (["twinrail-firewall.service"] + [f"twinrail-rpc@{rail.address}.service" for rail in self.rails]
+            return ["twinrail-firewall.service", engine["master_unit"], "twinrail-guard.service", "nginx.service"]
+        return (["twinrail-firewall.service"]
+                + module_utils("engines").worker_units(engine, [rail.address for rail in self.rails])
                 + ["twinrail-agent.service"])
 
 
@@ -69,6 +71,7 @@ class Node:
 class Cluster:
     nodes: list[Node]
     settings: dict
+    engine: dict = field(default_factory=dict)  # the engine's table (module_utils/engines.py)
 
     @property
     def master(self) -> Node:
@@ -124,7 +127,14 @@ def parse(listing: dict) -> Cluster:
     # no default anywhere (every site sets them, preflight requires them): None where absent, said by status
     settings.update({key: _plain(first.get(key)) for key in CLUSTER_SETTINGS})
     settings["twinrail_site"] = _plain(first.get("twinrail_site"))
-    return Cluster(nodes=nodes, settings=settings)
+    engines = module_utils("engines")
+    try:
+        engine = engines.of_inventory({k: _plain(first.get(k), None) for k in ("inference_service_engine",
+                                                                                 "twinrail_profile")},
+                                      masters[0], REPO)
+    except engines.EngineError as exc:
+        raise InventoryError(str(exc)) from None
+    return Cluster(nodes=nodes, settings=settings, engine=engine)
 
 
 def ansible_command(name: str) -> str:

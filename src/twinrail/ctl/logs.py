@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from .inventory import Cluster, InventoryError, Node
 
 # the short names an operator types, and the units they stand for
-ALIASES = {"rpc": "twinrail-rpc@*", "llama": "twinrail-llama.service", "guard": "twinrail-guard.service",
+ALIASES = {"rpc": "twinrail-rpc@*", "llama": "twinrail-llama.service", "vllm": "twinrail-vllm.service",
+           "guard": "twinrail-guard.service",
            "agent": "twinrail-agent.service", "proxy": "nginx.service", "nginx": "nginx.service",
            "firewall": "twinrail-firewall.service"}
 

@@ -126,7 +126,7 @@ def judge(cluster: Cluster, probes: dict, reports: dict, now: float | None = Non
             entry["error"] = probe.get("unreachable")
             check("ERR", node.name, "node", f"{node.name} ({node.host}) unreachable: {probe.get('unreachable')}")
             continue
-        for unit, monitoring in ([(u, False) for u in node.units(int(s["inference_service_rpc_port"]))]
+        for unit, monitoring in ([(u, False) for u in node.units(cluster.engine)]
                                  + [(u, True) for u in node.monitoring_units()]):
             shown = probe["units"].get(unit, {})
             state = shown.get("ActiveState", "not installed")
