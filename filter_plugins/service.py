@@ -168,6 +168,8 @@ def units_restarted(before: str, after: str) -> list[str]:
 
 
 def engine_worker_units(engine: dict, addresses: list[str]) -> list[str]:
+    """A worker's units of the engine (its table): one per rail address
+    where its unit is a template on {address}, else the one."""
     return module_utils("engines").worker_units(engine, list(addresses))
 
 
