@@ -4,7 +4,8 @@ proxy on the controller's published port (nginx -> twinrail-guard -> vLLM
 rank 0 -> rank 1 on the worker over rail0), with the real `openai` SDK; a
 second site.yml changes nothing and its handshake passes again; a kill
 drill (the worker's vLLM killed: the guard answers 503, the group meets
-again, the service comes back); last, tensor parallel 2 on a model whose
+again, the service comes back); a stall drill (the master's vLLM stopped:
+the guard finds it, answers 503 naming it and restarts the group); last, tensor parallel 2 on a model whose
 heads divide (Gemma 3 270M), the same answer as its pipeline parallel 2,
 then the inventory's model and pipeline parallel again."""
 
@@ -177,6 +178,75 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
     new = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
     assert new != pid
     record("kill_drill", {"refused_after_s": round(refused, 2), "back_after_s": round(back, 1)})
+
+
+def role_default(name: str):
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    return yaml.safe_load((PROJECT / "roles" / "inference_service" / "defaults" / "main.yml").read_text())[name]
+
+
+def guard_get(path: str) -> str:
+    port = role_default("inference_service_guard_port")
+    return node(MASTER, "python3", "-c", f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}{path}', "
+                "timeout=5).read().decode())").stdout
+
+
+def test_a_wedged_vllm_on_the_master_is_found_and_the_group_restarted():
+    """The field's hang on the master while every worker is healthy, with
+    vLLM: its API server stopped (SIGSTOP: its port still accepts, nothing
+    answers) while idle. The guard's idle probe finds it (its status says
+    stalled), a new request gets a 503 naming the stall, the guard restarts
+    the group (rank 0's unit and the worker's, through its agent) and counts
+    the stall; the service comes back without anyone mending anything."""
+    idle_probe, probe_timeout = (role_default("inference_service_guard_idle_probe"),
+                                 role_default("inference_service_guard_probe_timeout"))
+    client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+    before = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    worker_before = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    stopped_at = time.monotonic()
+    node(MASTER, "kill", "-STOP", before)
+    try:
+        seen: dict = {}
+        while time.monotonic() - stopped_at < idle_probe + probe_timeout + 30:
+            seen = json.loads(guard_get("/twinrail/status"))
+            if seen.get("stalled"):
+                break
+            time.sleep(0.5)
+        found = time.monotonic() - stopped_at
+        assert (seen.get("stalled") or "").startswith("vLLM stalled: its probe failed while idle"), seen
+        refused = None
+        try:
+            client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say yes."}],
+                                             max_tokens=2)
+        except openai.APIStatusError as exc:
+            assert exc.status_code == 503 and "recovering: vLLM stalled: its probe failed" in exc.message, exc.message
+            refused = time.monotonic() - stopped_at
+        assert refused is not None, "a request was answered while vLLM was stopped"
+    finally:
+        node(MASTER, "kill", "-CONT", before, check=False)  # gone once the guard killed it
+    back = None
+    while time.monotonic() - stopped_at < 600:
+        try:
+            answer = client().chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            if answer.choices:
+                back = time.monotonic() - stopped_at
+                break
+        except (openai.APIStatusError, openai.APIConnectionError):
+            pass
+        time.sleep(2)
+    assert back is not None, "the service did not come back within 600 s of the stall"
+    after = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    worker_after = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    assert after != before and worker_after != worker_before  # the group restarted whole, not resumed
+    metrics = guard_get("/twinrail/metrics")
+    stalls = [line for line in metrics.splitlines() if line.startswith("twinrail_guard_engine_stalls_total ")]
+    assert stalls and float(stalls[0].split()[1]) >= 1, stalls
+    print(f"wedged vLLM: found stalled {found:.1f} s after SIGSTOP (idle probe every {idle_probe} s, probe timeout "
+          f"{probe_timeout} s), a new request 503 naming it at {refused:.1f} s; serving again {back:.1f} s after")
+    record("stall_drill", {"stall_found_s": round(found, 2), "stall_503_s": round(refused, 2),
+                           "back_s": round(back, 1)})
 
 
 TOKENIZE = PROJECT / "tests" / "fixtures" / "vllm" / "tokenize"
