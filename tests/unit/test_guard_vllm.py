@@ -149,3 +149,18 @@ def test_the_agent_restarts_the_nodes_vllm(monkeypatch):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_the_guards_words_name_the_engine(upstream, monkeypatch):
+    """What a 503 says while the engine is not yet seen answering, or once a
+    worker came back, names the engine the guard fronts (vLLM's group said
+    "llama-server" before)."""
+    for engine, name in (("vllm", "vLLM"), ("llamacpp", "llama-server")):
+        g = guard(upstream, engine)
+        assert g.engine_problem == f"{name} not yet answering"
+        monkeypatch.setattr(g, "serving", {"198.19.0.2"})
+        g.worker_problems = {}
+        monkeypatch.setattr(guard_proxy.urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(OSError("down")))
+        g.last_ok["198.19.0.2"] = time.monotonic() - 60  # its agent silent past the grace
+        g.check_workers()
+        assert g.engine_problem == f"waiting for {name} after the worker came back", g.engine_problem

@@ -91,8 +91,8 @@ class Guard:
         self.last_ok = {address: time.monotonic() for _, address in workers}
         self.worker_problems: dict[str, str] = {}
         self.memory: dict[str, dict] = {}
-        self.needs_probe = True  # llama-server not yet seen answering
-        self.engine_problem = "llama-server not yet answering"
+        self.needs_probe = True  # the engine not yet seen answering
+        self.engine_problem = f"{self.facts['name']} not yet answering"
         self.active = 0
         self.last_kill = 0.0
         self.events: list[dict] = []
@@ -315,7 +315,7 @@ class Guard:
                     self.problem_since.pop(address, None)
             if set(lost) & self.serving:
                 self.needs_probe = True
-                self.engine_problem = "waiting for llama-server after the worker came back"
+                self.engine_problem = f"waiting for {self.facts['name']} after the worker came back"
                 self.lock.notify_all()
         for address in lost:
             self.event("worker lost", problems[address])

@@ -90,10 +90,10 @@ def forward(handler, guard, body: bytes | None) -> None:
                     handler.end_headers()
                     handler.wfile.write(data)
                 return
-            else:  # the connection to llama-server broke
+            else:  # the connection to the engine broke
                 time.sleep(guard.interval * 2)  # let the monitor find out why
                 reason = guard.abort_reason()
-                detail = reason or f"llama-server stopped answering ({value})"
+                detail = reason or f"{guard.facts['name']} stopped answering ({value})"
                 if not reason:
                     guard.upstream_failed(detail)
                 end_with(handler, detail, streaming)
