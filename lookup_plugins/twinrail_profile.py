@@ -6,12 +6,10 @@ inventory still overrides any single setting."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
-
-import yaml
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
+
+from twinrail.loader import module_utils
 
 DOCUMENTATION = r"""
 name: twinrail_profile
@@ -38,36 +36,10 @@ _raw:
   type: list
 """
 
-PROFILES = Path(__file__).resolve().parent.parent / "profiles"
-DEFAULT = "x86-connectx"
-
-
-def names(root: Path = PROFILES) -> list[str]:
-    return sorted(p.stem for p in root.glob("*.yml"))
-
-
-@lru_cache(maxsize=None)
-def load(name: str, root: Path = PROFILES) -> dict:
-    """The profile `name`, checked: an `expect` block (architecture, gpu,
-    rdma) and a `settings` mapping."""
-    path = root / f"{name}.yml"
-    if not isinstance(name, str) or not path.is_file() or "/" in name:
-        raise ValueError(f"unknown profile {name!r}; expected one of {', '.join(names(root))} (profiles/<name>.yml)")
-    data = yaml.safe_load(path.read_text())
-    expect = data.get("expect") if isinstance(data, dict) else None
-    if (not isinstance(expect, dict) or set(expect) != {"architecture", "gpu", "rdma"}
-            or not isinstance(data.get("settings"), dict)):
-        raise ValueError(f"profile {name!r} ({path}): expected `expect: {{architecture, gpu, rdma}}` and `settings:`")
-    return data
-
-
-def setting(profile: str, term: str, root: Path = PROFILES):
-    data = load(profile, root)
-    if term == "expect":
-        return dict(data["expect"])
-    if term not in data["settings"]:
-        raise ValueError(f"profile {profile!r} has no setting {term!r}; it sets {', '.join(sorted(data['settings']))}")
-    return data["settings"][term]
+# the profiles' reader (module_utils/profiles.py), under the names the tests use
+_profiles = module_utils("profiles")
+PROFILES, DEFAULT, names, load, setting = (_profiles.PROFILES, _profiles.DEFAULT, _profiles.names, _profiles.load,
+                                           _profiles.setting)
 
 
 class LookupModule(LookupBase):

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from ansible.module_utils import profiles
+
 ROLE = Path("roles") / "inference_service"
 TASKS = ROLE / "tasks" / "engines"
 TABLES = ROLE / "engines"
@@ -49,17 +51,21 @@ class EngineError(ValueError):
     pass
 
 
+def _found(root: Path) -> tuple[set[str], set[str]]:
+    """The engine folders of tasks, and the tables, by name."""
+    folders = {p.name for p in (root / TASKS).iterdir() if p.is_dir()} if (root / TASKS).is_dir() else set()
+    return folders, {p.stem for p in (root / TABLES).glob("*.yml")}
+
+
 def names(root: Path) -> list[str]:
     """The engines there are: every folder of tasks with its table."""
-    folders = {p.name for p in (root / TASKS).iterdir() if p.is_dir()} if (root / TASKS).is_dir() else set()
-    tables = {p.stem for p in (root / TABLES).glob("*.yml")}
+    folders, tables = _found(root)
     return sorted(folders & tables)
 
 
 def problems(root: Path) -> list[str]:
     """What makes an engine folder or table incomplete, one sentence each."""
-    folders = {p.name for p in (root / TASKS).iterdir() if p.is_dir()} if (root / TASKS).is_dir() else set()
-    tables = {p.stem for p in (root / TABLES).glob("*.yml")}
+    folders, tables = _found(root)
     out = [f"engine {name}: {TASKS}/{name}/ has no table {TABLES}/{name}.yml" for name in sorted(folders - tables)]
     out += [f"engine {name}: {TABLES}/{name}.yml has no folder {TASKS}/{name}/" for name in sorted(tables - folders)]
     for name in sorted(folders & tables):
@@ -106,16 +112,14 @@ def worker_units(engine: dict, addresses: list[str]) -> list[str]:
     return [engine["worker_unit"]]
 
 
-def of_inventory(hostvars: dict, host: str, root: Path, default_profile: str = "x86-connectx") -> dict:
+def of_inventory(hostvars: dict, host: str, root: Path) -> dict:
     """The table of the engine an inventory's host serves with, for the
     commands that read the inventory themselves (the `twinrail` command):
-    its inference_service_engine, else its hardware profile's
-    (profiles/<twinrail_profile>.yml)."""
+    its inference_service_engine, else its hardware profile's."""
     value = hostvars.get("inference_service_engine")
     if value is None:
-        profile = hostvars.get("twinrail_profile") or default_profile
-        path = root / "profiles" / f"{profile}.yml"
-        settings = (yaml.safe_load(path.read_text()) or {}).get("settings", {}) if path.is_file() else {}
-        value = settings.get("inference_service_engine")
+        try:
+            value = profiles.setting(hostvars.get("twinrail_profile") or profiles.DEFAULT, "inference_service_engine")
+        except ValueError as exc:
+            raise EngineError(f"inference_service_engine: {host}: {exc}") from None
     return table(choose(value, host, root), root)
-

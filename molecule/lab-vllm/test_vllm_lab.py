@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +23,11 @@ import openai
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(PROJECT / "tools"))
+from lab_dashboard import BASE as DASHBOARD_BASE  # noqa: E402  pylint: disable=wrong-import-position
+from lab_dashboard import dashboard_page  # noqa: E402  pylint: disable=wrong-import-position
+from lab_dashboard import panels as dashboard_panels  # noqa: E402  pylint: disable=wrong-import-position
+from twinrail.loader import module_utils  # noqa: E402  pylint: disable=wrong-import-position
 INVENTORY = PROJECT / "inventory" / "lab-vllm"
 STATE = Path.home() / ".local" / "state" / "twinrail-lab"
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
@@ -54,6 +58,21 @@ def site(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(INVENTORY),
                            str(PROJECT / "site.yml"), *argv], capture_output=True, text=True, cwd=PROJECT, env=env,
                           check=False, timeout=1800)
+
+
+def served_again(since: float, limit: float = 600) -> float | None:
+    """Seconds from `since` to the first chat answered through the proxy,
+    asked every 2 s; None past `limit`."""
+    while time.monotonic() - since < limit:
+        try:
+            answer = client().chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
+            if answer.choices:
+                return time.monotonic() - since
+        except (openai.APIStatusError, openai.APIConnectionError):
+            pass
+        time.sleep(2)
+    return None
 
 
 def test_the_model_list_names_the_served_model():
@@ -112,26 +131,13 @@ def test_the_dashboard_draws_vllms_own_lines_in_chromium():
     under vLLM the requests panels draw vLLM's running and waiting
     requests (scraped from its /metrics), where llama.cpp's draw
     llama-server's, in headless Chromium."""
-    from playwright.sync_api import sync_playwright  # pylint: disable=import-outside-toplevel
-
     for _ in range(2):  # something for the rates
         client().completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8)
     time.sleep(12)  # two scrapes after them
-    password = (STATE / "service-password").read_text().strip()
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-proxy-server"])
-        try:
-            context = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1200},
-                                          http_credentials={"username": "operator", "password": password})
-            page = context.new_page()
-            page.goto("https://127.0.0.1:8443/dashboard/")
-            page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
-            panels = {pid: (state, json.loads(labels or "[]"), points) for pid, state, labels, points in
-                      page.eval_on_selector_all(".panel", "els => els.map(e => [e.id, e.dataset.state, "
-                                                          "e.dataset.labels, Number(e.dataset.points || 0)])")}
-        finally:
-            browser.close()
+    with dashboard_page((STATE / "service-password").read_text().strip()) as page:
+        page.goto(f"{DASHBOARD_BASE}/dashboard/")
+        page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+        panels = dashboard_panels(page)
     print(f"dashboard under vLLM: active {panels['panel-active']}, queue {panels['panel-queue']}")
     for pid, line in (("panel-active", "vLLM running"), ("panel-queue", "vLLM waiting")):
         state, labels, points = panels[pid]
@@ -163,17 +169,7 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
                 break
         time.sleep(0.5)
     assert refused is not None, "the guard never answered 503 after the worker's vLLM was killed"
-    back = None
-    while time.monotonic() - killed < 600:
-        try:
-            answer = client().chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
-            if answer.choices:
-                back = time.monotonic() - killed
-                break
-        except (openai.APIStatusError, openai.APIConnectionError):
-            pass
-        time.sleep(2)
+    back = served_again(killed)
     assert back is not None, "the service did not come back within 600 s of the kill"
     new = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
     assert new != pid
@@ -181,9 +177,7 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
 
 
 def role_default(name: str):
-    import yaml  # pylint: disable=import-outside-toplevel
-
-    return yaml.safe_load((PROJECT / "roles" / "inference_service" / "defaults" / "main.yml").read_text())[name]
+    return module_utils("stages").role_default(PROJECT, name)
 
 
 def guard_get(path: str) -> str:
@@ -229,17 +223,7 @@ def test_a_wedged_vllm_on_the_master_is_found_and_the_group_restarted():
         assert refused is not None, "a request was answered while vLLM was stopped"
     finally:
         node(MASTER, "kill", "-CONT", before, check=False)  # gone once the guard killed it
-    back = None
-    while time.monotonic() - stopped_at < 600:
-        try:
-            answer = client().chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "Say yes."}], max_tokens=2)
-            if answer.choices:
-                back = time.monotonic() - stopped_at
-                break
-        except (openai.APIStatusError, openai.APIConnectionError):
-            pass
-        time.sleep(2)
+    back = served_again(stopped_at)
     assert back is not None, "the service did not come back within 600 s of the stall"
     after = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
     worker_after = node(WORKER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()

@@ -23,14 +23,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import FIXTURES, REPO
 
 import monitoring_gate
+import profiles
 from twinrail.guard import metrics, textfile
 
 _spec = importlib.util.spec_from_file_location("monitoring_filters", REPO / "filter_plugins" / "monitoring.py")
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
-_spec = importlib.util.spec_from_file_location("twinrail_profile_lookup", REPO / "lookup_plugins" / "twinrail_profile.py")
-twinrail_profile = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(twinrail_profile)
 
 ROLE = REPO / "roles" / "monitoring"
 MON = FIXTURES / "monitoring"
@@ -64,7 +62,7 @@ def render_rules(tmp_path: Path, profile: str = "x86-connectx", **settings) -> P
     for name, value in values.items():
         looked_up = PROFILE_LOOKUP.match(value) if isinstance(value, str) else None
         if looked_up:
-            values[name] = twinrail_profile.setting(profile, looked_up.group(1))
+            values[name] = profiles.setting(profile, looked_up.group(1))
     values.update(settings, ansible_managed="rendered by the unit tests")
     env = jinja2.Environment(variable_start_string="[[", variable_end_string="]]", undefined=jinja2.StrictUndefined)
     text = env.from_string((ROLE / "templates" / "twinrail-rules.yml.j2").read_text()).render(values)
@@ -578,16 +576,18 @@ BUSY_VERDICTS = {
 
 def table_series(capture: Path, node: str) -> list[dict]:
     """The figures of a real nvidia-smi table (gpu_facts.parse_table: busy
-    share, power draw and limit) as twinrail-guard gpu writes them."""
+    share, power draw and limit) as twinrail-guard gpu writes them: its
+    --query-gpu fields, read by its own telemetry."""
     from gpu_facts import parse_table  # pylint: disable=import-outside-toplevel
     from twinrail.guard import gpu  # pylint: disable=import-outside-toplevel
 
-    gpus = [{"gpu": str(g["index"]), "bus_id": g["bus_id"], "name": g["name"], "memory_used_bytes": None,
-             "memory_total_bytes": None, "memory_unified": False, "utilization_ratio": g["utilization_pct"] / 100,
-             "power_watts": g["power_watts"], "power_limit_watts": g["power_limit_watts"],
-             "temperature_celsius": None, "ecc_uncorrected_errors": None, "broken": []}
-            for g in parse_table(capture.read_text())["gpus"]]
-    return exposition_series(gpu.render(gpus, 0, None, 1765000000.0), node, {})
+    def field(value) -> str:
+        return "[N/A]" if value is None else f"{value:g}"
+
+    rows = [{"index": str(g["index"]), "pci.bus_id": g["bus_id"], "name": g["name"],
+             "utilization.gpu": field(g["utilization_pct"]), "power.draw": field(g["power_watts"]),
+             "power.limit": field(g["power_limit_watts"])} for g in parse_table(capture.read_text())["gpus"]]
+    return exposition_series(gpu.render(gpu.telemetry(rows), 0, None, 1765000000.0), node, {})
 
 
 def test_a_busy_gpu_at_idle_power_fires_on_the_hung_tables_not_the_working_ones(tmp_path):

@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import socket
 import ssl
 import time
@@ -25,6 +24,8 @@ import pytest
 from lab_client import (ALERTMANAGER_PORT, EXPORTER_PORT, MASTER, PASSWORD, PROJECT, PROMETHEUS_PORT, WORKER, chat, hog,
                         lab, node, record, unhog, wait_available)
 
+from lab_dashboard import dashboard_page
+from lab_dashboard import panels as dashboard_panels
 from twinrail.loader import module_utils
 
 engines = module_utils("engines")
@@ -179,28 +180,18 @@ def test_without_an_account_every_monitoring_page_is_401(host):
 
 
 def test_the_dashboard_draws_its_panels_in_chromium(host):
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-proxy-server"])
-        try:
-            context = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1200},
-                                          http_credentials={"username": "operator", "password": PASSWORD})
-            page = context.new_page()
-            page.goto(f"{BASE}/chat/")
-            page.click("a[href='/dashboard/']")
-            page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
-            panels = page.eval_on_selector_all(
-                ".panel", "els => els.map(e => [e.id, e.dataset.state, Number(e.dataset.points || 0)])")
-            labels = dict(page.eval_on_selector_all(".panel", "els => els.map(e => [e.id, e.dataset.labels || ''])"))
-            workers = page.inner_text("#workers")
-            page.screenshot(path=str(SHOTS / "twinrail-dashboard.png"), full_page=True)
-            # a wider window asks Prometheus again
-            page.click("button[data-window='21600']")
-            page.wait_for_function("document.getElementById('status').textContent.includes('21600')", timeout=60_000)
-        finally:
-            browser.close()
+    with dashboard_page(PASSWORD) as page:
+        page.goto(f"{BASE}/chat/")
+        page.click("a[href='/dashboard/']")
+        page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+        drawn = dashboard_panels(page)
+        panels = [[pid, state, points] for pid, (state, _, points) in drawn.items()]
+        labels = {pid: line_labels for pid, (_, line_labels, _) in drawn.items()}
+        workers = page.inner_text("#workers")
+        page.screenshot(path=str(SHOTS / "twinrail-dashboard.png"), full_page=True)
+        # a wider window asks Prometheus again
+        page.click("button[data-window='21600']")
+        page.wait_for_function("document.getElementById('status').textContent.includes('21600')", timeout=60_000)
     print(f"dashboard: {panels}; workers: {workers!r}; screenshot {SHOTS / 'twinrail-dashboard.png'}")
     assert len(panels) == 10
     gpu = {"panel-gpu", "panel-energy"}
