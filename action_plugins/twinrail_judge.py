@@ -4,7 +4,7 @@
 Not a task of its own: the base of the action plugins named after judge
 modules (action_plugins/gpu_gate.py and its like are
 `ActionModule = action_loader.get("twinrail_judge", class_only=True)`).
-A judge only weighs its arguments (module_utils/judge.py), so running it
+A judge only weighs its arguments (module_utils/modules/judge.py), so running it
 here gives the same answer as the module, which stays the documentation
 and what runs when the module is called anywhere else; what it saves is
 the module's build, transfer and Python start, about half a second a task
@@ -29,14 +29,13 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import module_loader
 
-from twinrail.loader import install
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (module_utils/ joins ansible.module_utils)
 
 
 def judge_module(name: str):
     """The library module `name`, imported here with its module_utils as the node would see them."""
     key = f"_twinrail_judge_{name}"
     if key not in sys.modules:
-        install()
         path = module_loader.find_plugin(name)
         if not path:
             raise AnsibleActionFail(f"twinrail_judge: no module named {name} in the library path")

@@ -7,7 +7,8 @@ stages compute nothing in Jinja loops; unit-tested
 
 from __future__ import annotations
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.rails import rdma_link
 
 DOCUMENTATION = r"""
 name: rails
@@ -181,7 +182,7 @@ def rails_routed_directly(routes: list[dict], rails: list[dict], loop_var: str) 
     for result in routes:
         item = result[loop_var]
         mine = _rail(rails, item["name"])
-        if result.get("rc") == 0 and module_utils("rdma_link").route_dev(result.get("stdout")) == mine["interface"]:
+        if result.get("rc") == 0 and rdma_link.route_dev(result.get("stdout")) == mine["interface"]:
             direct.append(item)
     return direct
 

@@ -11,7 +11,9 @@ import hashlib
 import re
 
 from ansible.errors import AnsibleFilterError
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines import registry as engines
+from ansible.module_utils.engines.llamacpp.tensor_split import plan_split
 
 DOCUMENTATION = r"""
 name: service
@@ -20,12 +22,12 @@ description:
   - "C(twinrail_idle_workers): Workers whose RPC servers hold less than ``min_share`` of the model (their command printed '<bytes>'): they took no part."
   - "C(twinrail_api_key_problems): What is wrong with inference_service_api_keys ([{name, key}]), never quoting a key: names unique, of lower-case letters, digits, . _ -; keys unique strings of at least API_KEY_MIN_LENGTH characters, no spaces."
   - "C(twinrail_api_key_digests): What the guard reads: each key's name and SHA-256 digest, by name."
-  - "C(twinrail_tensor_split): The split of the layers the memory plan assumes: the --rpc list, -ngl and --tensor-split, with ``gpus`` (host -> twinrail_gpu_count) one device per GPU of a node with several (module_utils/tensor_split.py)."
+  - "C(twinrail_tensor_split): The split of the layers the memory plan assumes: the --rpc list, -ngl and --tensor-split, with ``gpus`` (host -> twinrail_gpu_count) one device per GPU of a node with several (module_utils/engines/llamacpp/tensor_split.py)."
   - "C(twinrail_service_restarts): Whether a node's service units must restart on a new configuration: the master on any change of a setting; a worker unless the only settings that changed are the cluster's members (MEMBERSHIP_KEYS). No configuration before (a new node): nothing runs yet, False (its units are started, not restarted)."
   - "C(twinrail_scale_change): What scale.yml changes: the workers the master serves with now (its configuration's TWINRAIL_GUARD_WORKERS, host@address[=rail]) against the inventory's. ``kept``, ``added``, ``removed`` in a stable order; ``unreachable``: removed workers the run has no address for (``retired``: name -> management address)."
   - "C(twinrail_unit_pids): ``systemctl show --property=Id,MainPID <units>`` -> {unit: pid}: one block per unit, blocks apart by a blank line, the properties in systemd's order (MainPID before Id), not the order asked."
   - "C(twinrail_units_restarted): The units whose main process changed between two readings (or that stopped): 'unit: pid A -> B'."
-  - "C(twinrail_engine_worker_units): A worker's units of the engine (its table): one per rail address where its unit is a template on {address}, else the one (module_utils/engines.py)."
+  - "C(twinrail_engine_worker_units): A worker's units of the engine (its table): one per rail address where its unit is a template on {address}, else the one (module_utils/engines/registry.py)."
 """
 
 
@@ -79,9 +81,9 @@ def tensor_split(master: str, workers: list[str], rails: dict, port, layers, mas
                  gpus: dict | None = None) -> dict:
     """The split of the layers the memory plan assumes: the --rpc list,
     -ngl and --tensor-split, with ``gpus`` (host -> twinrail_gpu_count) one
-    device per GPU of a node with several (module_utils/tensor_split.py)."""
+    device per GPU of a node with several (module_utils/engines/llamacpp/tensor_split.py)."""
     try:
-        return module_utils("tensor_split").plan_split(master, list(workers), rails, int(port), int(layers),
+        return plan_split(master, list(workers), rails, int(port), int(layers),
                                                          str(master_gpu).lower() in ("true", "1", "yes"), gpus)
     except ValueError as exc:
         raise AnsibleFilterError(f"service: {exc}") from None
@@ -170,7 +172,7 @@ def units_restarted(before: str, after: str) -> list[str]:
 def engine_worker_units(engine: dict, addresses: list[str]) -> list[str]:
     """A worker's units of the engine (its table): one per rail address
     where its unit is a template on {address}, else the one."""
-    return module_utils("engines").worker_units(engine, list(addresses))
+    return engines.worker_units(engine, list(addresses))
 
 
 class FilterModule:  # pylint: disable=too-few-public-methods

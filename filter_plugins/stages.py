@@ -10,37 +10,41 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleFilterError
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.runtime import elf_link
+from ansible.module_utils.runtime import build as runtime_build
+from ansible.module_utils.stages import settings as stage_settings
+from ansible.module_utils.stages import catalogue as stages
 
 DOCUMENTATION = r"""
 name: stages
 short_description: twinrail's filters for every stage
 description:
-  - "C(twinrail_setting_names): The settings a stage's rules read (module_utils/stage_settings.py)."
-  - "C(twinrail_setting_problems): Only the stage's settings that break their rule, each with its value and the form expected (module_utils/stage_settings.py)."
+  - "C(twinrail_setting_names): The settings a stage's rules read (module_utils/stages/settings.py)."
+  - "C(twinrail_setting_problems): Only the stage's settings that break their rule, each with its value and the form expected (module_utils/stages/settings.py)."
   - "C(twinrail_measure): What twinrail_measure asks of `stage`'s costly measurement: 'always' when it is `always` or a list naming the stage, else 'auto' (the stage decides from the state it depends on). A list is a YAML list or a string of comma-separated names (-e twinrail_measure=bandwidth,weights)."
   - "C(twinrail_packages_missing): Whether a stage's apt run has work on a node: one of its packages is not among those preflight read there this run. With no list read (a stage run alone, --tags), apt decides."
   - "C(twinrail_host_values): Each host's ``name`` from hostvars, None where it sets none (Jinja's map(attribute=..., default=...) raises on a host's missing variable)."
-  - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime_build.py)."
-  - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."
-  - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime_build.py)."
-  - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same (module_utils/runtime_build.py)."
+  - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime/build.py)."
+  - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime/build.py)."
+  - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime/build.py)."
+  - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same (module_utils/runtime/build.py)."
 """
 
 
 def setting_names(stage: str) -> list[str]:
-    """The settings a stage's rules read (module_utils/stage_settings.py)."""
-    return module_utils("stage_settings").names(stage)
+    """The settings a stage's rules read (module_utils/stages/settings.py)."""
+    return stage_settings.names(stage)
 
 
 def setting_problems(stage: str, values: dict) -> list[str]:
     """Only the stage's settings that break their rule, each with its value
-    and the form expected (module_utils/stage_settings.py)."""
-    return module_utils("stage_settings").problems(stage, values)
+    and the form expected (module_utils/stages/settings.py)."""
+    return stage_settings.problems(stage, values)
 
 
 # the stages twinrail_measure can force: those whose role's defaults ask it (the stage registry)
-MEASURED_STAGES = module_utils("stages").measured(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MEASURED_STAGES = stages.measured(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def measure_mode(value, stage: str) -> str:
@@ -71,9 +75,9 @@ def packages_missing(wanted: list[str], installed: list[str] | None) -> bool:
 
 def runtime_shipped(needed, dynamic=None) -> list:
     """Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same
-    (``dynamic``: each one's `readelf -d`; module_utils/runtime_build.py)."""
-    read = module_utils("elf_link").needed_libraries
-    return module_utils("runtime_build").shipped(list(needed or []),
+    (``dynamic``: each one's `readelf -d`; module_utils/runtime/build.py)."""
+    read = elf_link.needed_libraries
+    return runtime_build.shipped(list(needed or []),
                                                  {lib: read(text) for lib, text in (dynamic or {}).items()})
 
 
@@ -89,25 +93,25 @@ def host_values(hosts: list[str], hostvars, name: str) -> dict:
 
 def runtime_cmake(isa_flags, cuda, cuda_archs, rdma, cuda_root="/usr/local/cuda", extra=None,
                   cublas="static") -> dict:
-    """The runtime build's CMake definitions (module_utils/runtime_build.py)."""
-    truthy = module_utils("stage_settings").truthy
+    """The runtime build's CMake definitions (module_utils/runtime/build.py)."""
+    truthy = stage_settings.truthy
     try:
-        return module_utils("runtime_build").cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
+        return runtime_build.cmake_definitions(list(isa_flags or []), truthy(cuda), cuda_archs,
                                                                truthy(rdma), cuda_root, dict(extra or {}), cublas)
     except ValueError as exc:
         raise AnsibleFilterError(f"runtime: {exc}") from exc
 
 
 def runtime_link_allowlist(base, rdma_allowlist, cuda, rdma, cublas="static") -> list:
-    """The libraries the runtime's link gate accepts (module_utils/runtime_build.py)."""
-    truthy = module_utils("stage_settings").truthy
-    return module_utils("runtime_build").link_allowlist(list(base or []), list(rdma_allowlist or []), truthy(cuda),
+    """The libraries the runtime's link gate accepts (module_utils/runtime/build.py)."""
+    truthy = stage_settings.truthy
+    return runtime_build.link_allowlist(list(base or []), list(rdma_allowlist or []), truthy(cuda),
                                                         truthy(rdma), cublas)
 
 
 def runtime_runpaths(cuda, cublas="static") -> list:
-    """The RUNPATH entries the runtime's link gate accepts (module_utils/runtime_build.py)."""
-    return module_utils("runtime_build").runpaths(module_utils("stage_settings").truthy(cuda), cublas)
+    """The RUNPATH entries the runtime's link gate accepts (module_utils/runtime/build.py)."""
+    return runtime_build.runpaths(stage_settings.truthy(cuda), cublas)
 
 
 class FilterModule:  # pylint: disable=too-few-public-methods

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """twinrail's Jinja filters for the vLLM engine: its environment's id, the
 parallel sizes' check, each node's command line and environment (plain
-functions in module_utils/vllm_env.py and vllm_engine.py, unit-tested in
+functions in module_utils/engines/vllm/env.py and vllm_engine.py, unit-tested in
 tests/unit/test_vllm_engine.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,10 @@ from __future__ import annotations
 import shlex
 
 from ansible.errors import AnsibleFilterError
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines.vllm import layout as vllm_engine
+from ansible.module_utils.engines.vllm import env as vllm_env
+from ansible.module_utils.engines.vllm import ranks as vllm_ranks
 
 DOCUMENTATION = r"""
 name: vllm
@@ -26,14 +29,14 @@ description:
 
 def env_id(lock_text, python_version):
     """The environment's id: its lock's text and the node's Python version."""
-    return module_utils("vllm_env").env_id(str(lock_text), str(python_version))
+    return vllm_env.env_id(str(lock_text), str(python_version))
 
 
 def parallel_problems(gpus, tensor, pipeline, model, eager=False):
     """What is wrong with tensor x pipeline on these nodes (host -> GPUs) for the model."""
     model = model or {}
     try:
-        return module_utils("vllm_engine").parallel_problems(
+        return vllm_engine.parallel_problems(
             tensor=int(tensor), pipeline=int(pipeline), gpus=dict(gpus), heads=model.get("heads"),
             kv_heads=model.get("kv_heads"), layers=model.get("layers"), eager=bool(eager))
     except (TypeError, ValueError) as exc:
@@ -43,7 +46,7 @@ def parallel_problems(gpus, tensor, pipeline, model, eager=False):
 def serve_args(settings):
     """One node's arguments to vLLM's serve, shell-quoted for the unit."""
     try:
-        args = module_utils("vllm_engine").serve_args(**settings)
+        args = vllm_engine.serve_args(**settings)
     except TypeError as exc:
         raise AnsibleFilterError(f"twinrail_vllm_serve_args: {exc}") from exc
     return " ".join(shlex.quote(a) for a in args)
@@ -52,19 +55,19 @@ def serve_args(settings):
 def serve_env(settings):
     """One node's environment for vLLM (rail0 for the group, the CPU engine's cache)."""
     try:
-        return module_utils("vllm_engine").serve_env(**settings)
+        return vllm_engine.serve_env(**settings)
     except TypeError as exc:
         raise AnsibleFilterError(f"twinrail_vllm_serve_env: {exc}") from exc
 
 
 def group_problems(by_host, master, rendezvous, tensor, pipeline):
     """What is wrong with the group the nodes' journals show (host -> ranks)."""
-    return module_utils("vllm_ranks").group_problems(dict(by_host), master, rendezvous, int(tensor), int(pipeline))
+    return vllm_ranks.group_problems(dict(by_host), master, rendezvous, int(tensor), int(pipeline))
 
 
 def group_summary(by_host):
     """One line naming each host's ranks."""
-    return module_utils("vllm_ranks").summary(dict(by_host))
+    return vllm_ranks.summary(dict(by_host))
 
 
 class FilterModule:

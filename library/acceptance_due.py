@@ -71,8 +71,8 @@ import glob
 import json
 import os
 
-from ansible.module_utils.measure_due import acceptance_due
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.stages.measure_due import acceptance_due
+from ansible.module_utils.modules.judge import run_module
 
 
 def newest_report(reports_dir: str) -> tuple[str | None, dict | None]:

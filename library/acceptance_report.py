@@ -73,9 +73,9 @@ notice:
 import json
 import os
 
-from ansible.module_utils.acceptance_checks import baseline_drops, baseline_notice, floors_set
+from ansible.module_utils.acceptance.checks import baseline_drops, baseline_notice, floors_set
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.acceptance_energy import sentence
+from ansible.module_utils.acceptance.energy import sentence
 
 
 def markdown(results: dict, context: dict) -> str:

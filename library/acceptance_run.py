@@ -193,12 +193,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.acceptance_checks import judge_answer, ngram_repetition, garbage_share, verdicts
-from ansible.module_utils.acceptance_client import Client, Sampler, filler
-from ansible.module_utils.acceptance_energy import energy
-from ansible.module_utils.acceptance_latency import (level_row, ramp_failures, soak_summary, soak_failures,
+from ansible.module_utils.acceptance.checks import judge_answer, ngram_repetition, garbage_share, verdicts
+from ansible.module_utils.acceptance.client import Client, Sampler, filler
+from ansible.module_utils.acceptance.energy import energy
+from ansible.module_utils.acceptance.latency import (level_row, ramp_failures, soak_summary, soak_failures,
                                                      soak_windows, drill_failures)
-from ansible.module_utils.acceptance_load import shared, timed, together, until
+from ansible.module_utils.acceptance.load import shared, timed, together, until
 
 
 def functional(client, model, prompts, max_repetition, max_garbage):

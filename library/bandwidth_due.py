@@ -86,8 +86,8 @@ import json
 import os
 import time
 
-from ansible.module_utils.measure_due import bandwidth_due, bandwidth_fingerprint
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.stages.measure_due import bandwidth_due, bandwidth_fingerprint
+from ansible.module_utils.modules.judge import run_module
 
 
 ARGUMENT_SPEC = {

@@ -84,8 +84,8 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.perftest import baseline_drops, verdict
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.rails.perftest import baseline_drops, verdict
+from ansible.module_utils.modules.judge import run_module
 
 
 ARGUMENT_SPEC = {

@@ -114,10 +114,10 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.module_diff import diff, json_text
+from ansible.module_utils.modules.module_diff import diff, json_text
 
-from ansible.module_utils.gpu_facts import ParseError, parse_table
-from ansible.module_utils.weights_sums import sha256_file
+from ansible.module_utils.gpu.facts import ParseError, parse_table
+from ansible.module_utils.weights.sums import sha256_file
 
 
 def read_json(path):

@@ -50,7 +50,7 @@ files:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gguf_cut import HeaderError, cut
+from ansible.module_utils.weights.gguf_cut import HeaderError, cut
 
 
 def main() -> None:

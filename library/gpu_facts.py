@@ -55,8 +55,8 @@ gpu:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_facts import ParseError, has_table, parse_detail, parse_table
-from ansible.module_utils.gpu_health import parse_xids, smi_failure
+from ansible.module_utils.gpu.facts import ParseError, has_table, parse_detail, parse_table
+from ansible.module_utils.gpu.health import parse_xids, smi_failure
 
 
 def kernel_log(module) -> str:

@@ -64,10 +64,10 @@ failures:
   elements: str
 """
 
-from ansible.module_utils.gpu_facts import gpu_gate, gpu_node_problems, gpu_settings_problems
-from ansible.module_utils.gpu_health import node_health
-from ansible.module_utils.stage_settings import truthy
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.gpu.facts import gpu_gate, gpu_node_problems, gpu_settings_problems
+from ansible.module_utils.gpu.health import node_health
+from ansible.module_utils.stages.settings import truthy
+from ansible.module_utils.modules.judge import run_module
 
 
 ARGUMENT_SPEC = {

@@ -68,8 +68,8 @@ members:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.guard_zipapp import build
-from ansible.module_utils.module_diff import diff, file_text
+from ansible.module_utils.runtime.guard_zipapp import build
+from ansible.module_utils.modules.module_diff import diff, file_text
 
 
 def main() -> None:

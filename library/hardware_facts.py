@@ -38,7 +38,7 @@ hardware:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.hardware_profile import read_host
+from ansible.module_utils.inventory.hardware_profile import read_host
 
 
 def main():

@@ -210,7 +210,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.perftest import PerftestError, gate, parse
+from ansible.module_utils.rails.perftest import PerftestError, gate, parse
 
 
 def build_argv(p: dict) -> list[str]:

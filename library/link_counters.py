@@ -16,19 +16,7 @@ description:
     measurement, any increase is a loss.
 version_added: "0.1.0"
 author: twinrail developers
-options:
-  rails:
-    description: The node's rails (twinrail_rails).
-    type: list
-    elements: dict
-    required: true
-  sysfs_root:
-    description: Where sysfs is mounted.
-    type: path
-    default: /sys
-attributes:
-  check_mode:
-    support: full
+extends_documentation_fragment: [twinrail_rails]
 """
 
 EXAMPLES = r"""
@@ -48,7 +36,7 @@ counters:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.perftest import IB_ERROR_COUNTERS, NETDEV_ERROR_COUNTERS
+from ansible.module_utils.rails.perftest import IB_ERROR_COUNTERS, NETDEV_ERROR_COUNTERS
 
 
 def read_int(path: str) -> int | None:

@@ -11,7 +11,7 @@ short_description: Read a node's memory as the guard does, and the OS's own use 
 description:
   - >-
     Reads the node's memory with the guard's own function
-    (C(twinrail.guard.memory.node_memory); module_utils/node_memory.py is a
+    (C(twinrail.guard.memory.node_memory); module_utils/node/memory.py is a
     link to it). The total is the smallest cgroup limit above this process
     (a container's) or C(/proc/meminfo)'s MemTotal, and C(used) is what
     the guard's watermarks count (MemTotal - MemAvailable, or the cgroup's
@@ -50,7 +50,7 @@ memory:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.node_memory import node_memory
+from ansible.module_utils.node.memory import node_memory
 
 
 def service_bytes(text: str) -> tuple[int, list[str]]:

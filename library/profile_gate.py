@@ -77,10 +77,10 @@ msg:
   type: str
 """
 
-from ansible.module_utils.hardware_profile import host_facts
-from ansible.module_utils.hardware_profile import judge as judge_profile
-from ansible.module_utils.judge import run_module
-from ansible.module_utils.vllm_env import LockError, lock_pins, lock_platform
+from ansible.module_utils.inventory.hardware_profile import host_facts
+from ansible.module_utils.inventory.hardware_profile import judge as judge_profile
+from ansible.module_utils.modules.judge import run_module
+from ansible.module_utils.engines.vllm.env import LockError, lock_pins, lock_platform
 
 
 ARGUMENT_SPEC = {

@@ -17,16 +17,8 @@ description:
   - Reads only; never fails for a down link (the gate judges).
 version_added: "0.1.0"
 author: twinrail developers
+extends_documentation_fragment: [twinrail_rails]
 options:
-  rails:
-    description: The node's rails (twinrail_rails).
-    type: list
-    elements: dict
-    required: true
-  sysfs_root:
-    description: Where sysfs is mounted.
-    type: path
-    default: /sys
   peers:
     description:
       - The rail gate's probes of this node's peers (the filter
@@ -48,9 +40,6 @@ options:
     description: Pings per probe.
     type: int
     default: 3
-attributes:
-  check_mode:
-    support: full
 """
 
 EXAMPLES = r"""
@@ -87,7 +76,7 @@ import platform
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state, said
+from ansible.module_utils.rails.rdma_link import ParseError, parse_ibv_devinfo, probe_peers, rail_state, said
 
 
 def devinfo_problem(rc: int, out: str, err: str, state: dict) -> str | None:

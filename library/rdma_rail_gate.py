@@ -70,8 +70,8 @@ degraded:
   type: bool
 """
 
-from ansible.module_utils.rdma_link import rail_gate
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.rails.rdma_link import rail_gate
+from ansible.module_utils.modules.judge import run_module
 
 
 ARGUMENT_SPEC = {

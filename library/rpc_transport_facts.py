@@ -54,8 +54,8 @@ rails:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rpc_transport import parse_log, server_problem, transport_verdict
-from ansible.module_utils.unit_journal import journal_problem, since_start
+from ansible.module_utils.engines.llamacpp.rpc_transport import parse_log, server_problem, transport_verdict
+from ansible.module_utils.node.unit_journal import journal_problem, since_start
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ description:
     build's run passes on the load and the answer with every buffer on the CPU.
   - Fails naming the node, the GPU and the cause (a missing arch, a driver older than the toolkit, no
     usable GPU, a death with its CUDA error, a failed load, layers or buffers elsewhere).
-  - Runs only when due (module_utils/runtime_canary.py, due) - no passed record at O(record), or the
+  - Runs only when due (module_utils/runtime/canary.py, due) - no passed record at O(record), or the
     runtime binary, the model, the GPUs or the driver changed since, or O(measure) always - and keeps its
     verdict there, with the earlier passes of other runtimes (a rollback to a build that passed loads
     nothing again). In check mode it says whether it would run and starts nothing.
@@ -108,9 +108,9 @@ import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.runtime_canary import (PREDICT, PROMPT, due, passed_at, problems, read_load, server_args,
+from ansible.module_utils.runtime.canary import (PREDICT, PROMPT, due, passed_at, problems, read_load, server_args,
                                                  summary, verdict)
-from ansible.module_utils.weights_sums import sha256_file
+from ansible.module_utils.weights.sums import sha256_file
 
 
 def _free_port() -> int:

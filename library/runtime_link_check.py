@@ -57,7 +57,7 @@ static:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.elf_link import verdict
+from ansible.module_utils.runtime.elf_link import verdict
 
 
 def main() -> None:

@@ -142,11 +142,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.system_backups import (COMPRESSORS, BackupError, archive_name, estimate,
+from ansible.module_utils.node.backups import (COMPRESSORS, BackupError, archive_name, estimate,
                                                  excluded, existing, mount_points, mount_points_within,
                                                  needs_backup, newest_complete, tar_create_argv,
                                                  tar_extract_argv, to_delete)
-from ansible.module_utils.weights_sums import sha256_file
+from ansible.module_utils.weights.sums import sha256_file
 
 BLOCK = 1 << 20
 

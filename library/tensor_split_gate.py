@@ -89,9 +89,9 @@ degraded:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.tensor_split import (MIB, death_message, gpu_split_problems, load_error_cause, measured_shares,
+from ansible.module_utils.engines.llamacpp.tensor_split import (MIB, death_message, gpu_split_problems, load_error_cause, measured_shares,
                                                parse_buffers, split_problems)
-from ansible.module_utils.unit_journal import record_failures, since_start, unit_failures
+from ansible.module_utils.node.unit_journal import record_failures, since_start, unit_failures
 
 
 def main() -> None:

@@ -65,7 +65,7 @@ filesystems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.disk_space import check, held_bytes
+from ansible.module_utils.node.disk_space import check, held_bytes
 
 
 def less_held(module: AnsibleModule, need: dict) -> dict:

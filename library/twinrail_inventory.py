@@ -35,7 +35,7 @@ options:
   names:
     description:
       - For every host of the C(cluster) group, the names of its variables (names only). Those with twinrail's
-        prefixes (C(twinrail_) and each stage's from the stage registry, C(module_utils/stages.py), e.g.
+        prefixes (C(twinrail_) and each stage's from the stage registry, C(module_utils/stages/catalogue.py), e.g.
         C(inference_service_), C(monitoring_)) are checked; an unknown one is refused with the closest known name.
         Not checked when absent.
     type: dict
@@ -74,9 +74,9 @@ import glob
 import os
 
 import yaml
-from ansible.module_utils.inventory_rules import validate
-from ansible.module_utils.judge import run_module
-from ansible.module_utils.stages import prefixes
+from ansible.module_utils.inventory.rules import validate
+from ansible.module_utils.modules.judge import run_module
+from ansible.module_utils.stages.catalogue import prefixes
 
 
 def stage_settings(roles_dir: str) -> set:

@@ -128,9 +128,9 @@ plan:
 
 import os
 
-from ansible.module_utils.gguf_figures import GGUFError, cached_model_figures, figures_from_headers
-from ansible.module_utils.memory_plan import plan
-from ansible.module_utils.judge import run_module
+from ansible.module_utils.weights.gguf_figures import GGUFError, cached_model_figures, figures_from_headers
+from ansible.module_utils.inventory.memory_plan import plan
+from ansible.module_utils.modules.judge import run_module
 
 FROM_GGUF = ("params_b", "bits_per_param", "layers", "kv_heads", "head_dim")
 

@@ -70,8 +70,8 @@ mismatches:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.module_diff import diff, key_values
-from ansible.module_utils.sysctl_values import mismatches, normalize, read
+from ansible.module_utils.modules.module_diff import diff, key_values
+from ansible.module_utils.node.sysctl_values import mismatches, normalize, read
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_env import IMPORT, LockError, differences, import_failure, kernels_verdict, \
+from ansible.module_utils.engines.vllm.env import IMPORT, LockError, differences, import_failure, kernels_verdict, \
     lock_pins, read_cpu_flags
 
 

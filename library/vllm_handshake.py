@@ -85,7 +85,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_handshake import SCRIPT, verdict
+from ansible.module_utils.engines.vllm.handshake import SCRIPT, verdict
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ ranks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.unit_journal import since_start
-from ansible.module_utils.vllm_ranks import read_ranks
+from ansible.module_utils.node.unit_journal import since_start
+from ansible.module_utils.engines.vllm.ranks import read_ranks
 
 
 def main() -> None:

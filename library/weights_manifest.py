@@ -126,8 +126,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.module_diff import diff
-from ansible.module_utils.weights_sums import (
+from ansible.module_utils.modules.module_diff import diff
+from ansible.module_utils.weights.sums import (
     ManifestError, hash_files, list_files, load_cache, parse_sha256sums, promote,
     render_sha256sums, save_cache, verify)
 

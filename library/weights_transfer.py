@@ -113,7 +113,7 @@ rate_bps:
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rsync_streams import plan_streams, rsync_argv, run_streams
+from ansible.module_utils.weights.rsync_streams import plan_streams, rsync_argv, run_streams
 
 
 def main() -> None:

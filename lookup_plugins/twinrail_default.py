@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """lookup('twinrail_default', NAME): another role's default, read from
-that role's defaults/main.yml (module_utils/stages.py, role_default), so a
+that role's defaults/main.yml (module_utils/stages/catalogue.py, role_default), so a
 role that needs it (the guard's port in acceptance, bandwidth, monitoring)
 never types a copy."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages
 
 DOCUMENTATION = r"""
 name: twinrail_default
@@ -43,7 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        stages = module_utils("stages")
         try:
             return [stages.role_default(ROOT, term) for term in terms]
         except stages.RegistryError as exc:

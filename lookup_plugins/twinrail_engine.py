@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """lookup('twinrail_engine'): the engine this host serves with, chosen in
-one place (module_utils/engines.py); lookup('twinrail_engine', 'table'):
+one place (module_utils/engines/registry.py); lookup('twinrail_engine', 'table'):
 its table (roles/inference_service/engines/<engine>.yml)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from ansible.errors import AnsibleError
 from ansible.plugins.loader import lookup_loader
 from ansible.plugins.lookup import LookupBase
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines import registry as engines
 
 DOCUMENTATION = r"""
 name: twinrail_engine
@@ -48,7 +49,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        engines = module_utils("engines")
         variables = variables or {}
         host = variables.get("inventory_hostname", "localhost")
         value = variables.get("twinrail_engine")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.inventory import profiles
 
 DOCUMENTATION = r"""
 name: twinrail_profile
@@ -36,8 +37,8 @@ _raw:
   type: list
 """
 
-# the profiles' reader (module_utils/profiles.py), under the names the tests use
-_profiles = module_utils("profiles")
+# the profiles' reader (module_utils/inventory/profiles.py), under the names the tests use
+_profiles = profiles
 PROFILES, DEFAULT, names, load, setting = (_profiles.PROFILES, _profiles.DEFAULT, _profiles.names, _profiles.load,
                                            _profiles.setting)
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """lookup('twinrail_stages', FIELD): the stage registry (module_utils/
-stages.py: site.yml's play files and their roles), one field of every
+stages/catalogue.py: site.yml's play files and their roles), one field of every
 stage in stage order; preflight's settings loop reads the roles of the
 stages that have settings tasks."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages
 
 DOCUMENTATION = r"""
 name: twinrail_stages
@@ -20,7 +21,7 @@ version_added: "0.1.0"
 short_description: The stages of site.yml, from the stage registry
 description:
   - Returns one field of every stage, in site.yml's order, read from site.yml, its play files and the roles they
-    import (C(module_utils/stages.py)).
+    import (C(module_utils/stages/catalogue.py)).
 options:
   _terms:
     description: >-
@@ -50,15 +51,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        stages = module_utils("stages").registry(ROOT)
+        registry = stages.registry(ROOT)
         out = []
         for term in terms:
             if term == "settings_roles":
-                out.extend(s["role"] for s in stages if s["settings"])
+                out.extend(s["role"] for s in registry if s["settings"])
             elif term == "measured":
-                out.extend(s["name"] for s in stages if s["measures"])
+                out.extend(s["name"] for s in registry if s["measures"])
             elif term in ("name", "role", "prefix", "play"):
-                out.extend(s[term] for s in stages)
+                out.extend(s[term] for s in registry)
             else:
                 raise AnsibleError(f"twinrail_stages: unknown field {term!r}; expected name, role, prefix, play, "
                                    f"settings_roles or measured")

@@ -28,13 +28,9 @@ for sub in ("tools", "library"):
         sys.path.insert(0, path)
 
 # Helpers are imported as a module on a node imports them
-# (ansible.module_utils.<name>, through twinrail.loader, the one way the
-# controller reaches them); the tests' plain `import perftest` gets the
-# same module object.
-from twinrail.loader import MODULE_UTILS, module_utils  # noqa: E402  pylint: disable=wrong-import-position
-
-for _file in sorted(MODULE_UTILS.glob("*.py")):
-    sys.modules.setdefault(_file.stem, module_utils(_file.stem))
+# (`from ansible.module_utils.gpu import facts`), after twinrail.loader, the
+# one way the controller reaches them.
+import twinrail.loader  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 
 def filter_plugins():
@@ -95,7 +91,7 @@ def module_process(module: Path, args: dict, workdir: Path, env: dict | None = N
     arguments from a file in workdir; its JSON result."""
     args_file = workdir / f"{module.stem}-args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    boot = ("import runpy, sys; from twinrail.loader import install; install(); "
+    boot = ("import runpy, sys; import twinrail.loader; "
             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", boot, str(module), str(args_file)], capture_output=True, text=True,
                          check=False, env=env)

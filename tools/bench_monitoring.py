@@ -17,7 +17,8 @@ import json
 import subprocess
 import time
 
-from twinrail.loader import REPO, module_utils
+from twinrail.loader import REPO
+from ansible.module_utils.stages import catalogue as stages
 
 NODES = {"lab-master": ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"],
          "lab-worker1": ["prometheus-node-exporter"]}
@@ -37,7 +38,7 @@ def usage(name: str, program: str) -> dict:
     return {"cpu_s": (int(stat[11]) + int(stat[12])) / TICKS, "rss_mib": int(status["VmRSS"].split()[0]) / 1024}
 
 
-PROMETHEUS_PORT = module_utils("stages").role_default(REPO, "monitoring_prometheus_port")
+PROMETHEUS_PORT = stages.role_default(REPO, "monitoring_prometheus_port")
 
 
 def prom(expr: str) -> float:

@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 
-from twinrail.loader import REPO, module_utils
+from twinrail.loader import REPO
+from ansible.module_utils.stages import catalogue as stages
 
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
-API = f"http://127.0.0.1:{module_utils('stages').role_default(REPO, 'inference_service_listen_port')}/v1/chat/completions"
+API = f"http://127.0.0.1:{stages.role_default(REPO, 'inference_service_listen_port')}/v1/chat/completions"
 # the nodes have no curl: Python's urllib, on the master's loopback
 CLIENT = """
 import json, sys, urllib.request, urllib.error

@@ -33,11 +33,12 @@ import sys
 from pathlib import Path
 
 import bench_acceptance  # tools/, beside this file
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages
 
 REPO = Path(__file__).resolve().parent.parent
 # the service's ports, where their defaults live (roles/inference_service/defaults/main.yml)
-PORTS = {n: module_utils("stages").role_default(REPO, f"inference_service_{n}_port") for n in ("listen", "guard", "proxy")}
+PORTS = {n: stages.role_default(REPO, f"inference_service_{n}_port") for n in ("listen", "guard", "proxy")}
 NODE_SCRIPT = "/tmp/twinrail_bench_split_node.py"
 KEY = Path.home() / ".local" / "state" / "twinrail-lab" / "api-keys" / "lab-client"
 

@@ -30,20 +30,18 @@ import sys
 import time
 from pathlib import Path
 
-from twinrail.loader import install, module_utils
-
-install()
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages
+from ansible.module_utils.weights.rsync_streams import parse_stats, plan_streams, rsync_argv
+from ansible.module_utils.weights.sums import parse_sha256sums, verify
 
 REPO = Path(__file__).resolve().parent.parent
-
-from ansible.module_utils.rsync_streams import parse_stats, plan_streams, rsync_argv  # noqa: E402
-from ansible.module_utils.weights_sums import parse_sha256sums, verify  # noqa: E402
 
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 SETS = ("smollm2-135m-instruct", "gemma3-270m-q4-k-m", "synthetic-shards")
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
 SYNTHETIC = "/srv/twinrail/models/synthetic-shards/seed-20261129"
-PORT = module_utils("stages").role_default(Path(__file__).resolve().parent.parent, "weights_sync_rsync_port")
+PORT = stages.role_default(Path(__file__).resolve().parent.parent, "weights_sync_rsync_port")
 AUTHORIZED = "/home/twinrail/.ssh/authorized_keys"
 
 

@@ -40,7 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # pylint: disable=wrong-import-position
-from twinrail.loader import module_utils  # noqa: E402
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.weights import gguf_tokens  # noqa: E402
+from ansible.module_utils.engines.vllm import env as vllm_env  # noqa: E402
+from ansible.module_utils.weights import sums as weights_sums  # noqa: E402
 
 # a download cache shared by every checkout (inventory/lab/group_vars)
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle"
@@ -252,7 +255,7 @@ def fetch_vllm_wheels() -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     try:
         pins = {p['requirement']: p['sha256'] for p in
-                module_utils('vllm_env').lock_pins(VLLM_LOCK.read_text(), str(VLLM_LOCK)).values()}
+                vllm_env.lock_pins(VLLM_LOCK.read_text(), str(VLLM_LOCK)).values()}
     except ValueError as exc:
         raise BundleError(str(exc)) from exc
     have = {sha256_file(w) for w in dest.glob("*.whl")}
@@ -299,22 +302,20 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
 
 def write_sums(folder: Path) -> None:
     """The folder's SHA256SUMS, as the weights stage reads it (weights_sums)."""
-    sums = module_utils("weights_sums")
-    rels = [rel for rel in sums.list_files(str(folder)) if rel != "SHA256SUMS"]
-    (folder / "SHA256SUMS").write_text(sums.render_sha256sums(sums.hash_files(str(folder), rels)))
+    rels = [rel for rel in weights_sums.list_files(str(folder)) if rel != "SHA256SUMS"]
+    (folder / "SHA256SUMS").write_text(weights_sums.render_sha256sums(weights_sums.hash_files(str(folder), rels)))
 
 
 def carry_special_tokens(folder: Path, gguf: Path) -> bool:
     """The converted tokenizer adds what the GGUF says llama.cpp adds
-    (module_utils/gguf_tokens.py): its post-processor and tokenizer_config's
+    (module_utils/weights/gguf_tokens.py): its post-processor and tokenizer_config's
     add_bos_token/add_eos_token rewritten from the GGUF. True when that
     changed a file."""
-    tokens = module_utils("gguf_tokens")
-    flags = tokens.special_token_flags(str(gguf))
+    flags = gguf_tokens.special_token_flags(str(gguf))
     changed = False
     path = folder / "tokenizer.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    patched = tokens.with_special_tokens(data, flags)
+    patched = gguf_tokens.with_special_tokens(data, flags)
     if patched != data:
         path.write_text(json.dumps(patched, ensure_ascii=False, indent=2), encoding="utf-8")
         changed = True

@@ -12,7 +12,7 @@ checked on a machine without a GPU, for each CUDA profile's architectures.
    shared.
 2. The build: the runtime stage's own build script (rendered by Ansible from
    roles/runtime_build/templates/build.sh.j2 with the stage's definitions,
-   module_utils/runtime_build.py) for the profile's CUDA architectures; host
+   module_utils/runtime/build.py) for the profile's CUDA architectures; host
    code for this machine (the device code is what a profile changes); ccache
    for the C, C++ and CUDA compilers, kept between runs where the stage's
    script keeps it (~/.cache/twinrail/cuda-check/work/ccache).
@@ -52,7 +52,11 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "tools"))
 # pylint: disable=wrong-import-position
 from gpu_proof_prepare import ARCHIVE, SUBDIR, ProofError, render_build_scripts  # noqa: E402
-from twinrail.loader import module_utils  # noqa: E402
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.runtime import elf_link  # noqa: E402
+from ansible.module_utils.runtime import build as runtime_build  # noqa: E402
+from ansible.module_utils.stages import catalogue as stages  # noqa: E402
+from ansible.module_utils.weights import sums as weights_sums  # noqa: E402
 
 CACHE = Path(os.environ.get("TWINRAIL_CUDA_CHECK_CACHE", Path.home() / ".cache" / "twinrail" / "cuda-check"))
 OUT = REPO / "build" / "cuda-check"
@@ -66,7 +70,7 @@ TARGETS = ("llama-server", "ggml-rpc-server", "llama-bench")
 RECORDS = REPO / "tests" / "cuda-check"
 PROFILES = ("dgx-spark", "gpu-server")
 # what the CUDA build is made from, besides the profile's archs and the toolkit pins
-RECIPE = ("roles/runtime_build/templates/build.sh.j2", "module_utils/runtime_build.py", "module_utils/elf_link.py")
+RECIPE = ("roles/runtime_build/templates/build.sh.j2", "module_utils/runtime/build.py", "module_utils/runtime/elf_link.py")
 
 
 class CheckError(RuntimeError):
@@ -96,12 +100,11 @@ def archs_of(value) -> list[str]:
 def fingerprint(profile: str, repo: Path = REPO) -> dict:
     """What a check of `profile` vouches for: its archs, the toolkit's
     pins, the runtime source's pin and the recipe's files (sha256)."""
-    stages, sums = module_utils("stages"), module_utils("weights_sums")
     return {"archs": archs_of(profile_settings(profile, repo)["runtime_build_cuda_archs"]),
             "toolkit": list(WHEELS),
             "runtime_source": {k: stages.role_default(repo, k)
                                for k in ("runtime_build_version", "runtime_build_archive_sha256")},
-            "recipe": {name: sums.sha256_file(str(repo / name)) for name in RECIPE}}
+            "recipe": {name: weights_sums.sha256_file(str(repo / name)) for name in RECIPE}}
 
 
 def stale(record: dict | None, current: dict) -> list[str]:
@@ -203,8 +206,7 @@ def source(top: Path) -> None:
 
 
 def build(profile: str, archs: list[str], root: Path, jobs: int) -> tuple[Path, dict, float]:
-    rt = module_utils("runtime_build")
-    cmake = rt.cmake_definitions([], True, ";".join(archs), False, str(root), cublas="shared")
+    cmake = runtime_build.cmake_definitions([], True, ";".join(archs), False, str(root), cublas="shared")
     cmake["CUDAToolkit_ROOT"] = str(root)
     cmake["CMAKE_CUDA_COMPILER"] = str(root / "bin" / "nvcc")
     build_id = f"cuda-check-{profile}"
@@ -236,8 +238,7 @@ def elf_archs(cuobjdump: Path, binary: Path) -> list[str]:
 
 
 def check(profile: str, archs: list[str], bindir: Path, root: Path) -> dict:
-    rt, elf = module_utils("runtime_build"), module_utils("elf_link")
-    allow = rt.link_allowlist([], [], True, False, "shared")
+    allow = runtime_build.link_allowlist([], [], True, False, "shared")
     release = CACHE / "release" / profile
     shutil.rmtree(release, ignore_errors=True)
     (release / "bin").mkdir(parents=True)
@@ -248,24 +249,24 @@ def check(profile: str, archs: list[str], bindir: Path, root: Path) -> dict:
                              check=True).stdout
         kind = subprocess.run(["file", "-b", str(release / "bin" / name)], capture_output=True, text=True,
                               check=True).stdout
-        seen = elf.verdict(name, dyn, kind, allow, rt.runpaths(True, "shared"))
+        seen = elf_link.verdict(name, dyn, kind, allow, runtime_build.runpaths(True, "shared"))
         seen["sm"] = elf_archs(root / "bin" / "cuobjdump", release / "bin" / name)
         result["binaries"].append({k: v for k, v in seen.items() if k != "file"})
         if not seen["passed"]:
             result["failures"].append(f"{name}: needs {seen['offending'] or 'nothing unexpected'}, RUNPATH "
                                       f"{seen['offending_runpath'] or 'as shipped'} (allowed {allow}, "
-                                      f"{rt.runpaths(True, 'shared')})")
+                                      f"{runtime_build.runpaths(True, 'shared')})")
         # llama.cpp's CMake builds 120/121 as their architecture-specific 120a/121a (the features Blackwell's
         # consumer and GB10 parts have): the same GPU
         want = sorted(archs)
         if sorted(sm.rstrip("a") for sm in seen["sm"]) != want:
             result["failures"].append(f"{name}: device code for sm {seen['sm']}, the profile's are {want}")
         # what the binary needs of the toolkit, and what that needs in turn, as the stage reads it
-        first = rt.shipped(seen["needed"])
-        needed_of = {lib: elf.needed_libraries(subprocess.run(["readelf", "-d", str(root / "lib64" / lib)],
+        first = runtime_build.shipped(seen["needed"])
+        needed_of = {lib: elf_link.needed_libraries(subprocess.run(["readelf", "-d", str(root / "lib64" / lib)],
                                                               capture_output=True, text=True, check=True).stdout)
                      for lib in first}
-        for lib in rt.shipped(seen["needed"], needed_of):
+        for lib in runtime_build.shipped(seen["needed"], needed_of):
             if lib not in result["shipped"]:
                 (release / "lib").mkdir(exist_ok=True)
                 shutil.copy2((root / "lib64" / lib).resolve(), release / "lib" / lib)

@@ -10,7 +10,7 @@ Two steps, because that machine receives at most 64 MiB a call:
            lab's SmolLM2-135M (its first layers, written with gguf-py), the
            runtime stage's own build script rendered by Ansible from
            roles/runtime_build/templates/build.sh.j2 with the stage's CMake
-           definitions (module_utils/runtime_build.py) for a CPU and a CUDA
+           definitions (module_utils/runtime/build.py) for a CPU and a CUDA
            build, and a manifest with every file's sha256.
   run      (there, from a copy of the tree with build/gpu-proof carried; or
            here, where without a GPU it takes the CPU path)
@@ -52,7 +52,12 @@ sys.path.insert(0, str(REPO / "tools"))
 # pylint: disable=wrong-import-position
 from bundle import sha256_file as sha256  # noqa: E402
 from gpu_proof_prepare import CARRY_LIMIT, LAYERS, PLACEHOLDERS, PREPARED, WORK, ProofError, prepare  # noqa: E402
-from twinrail.loader import module_utils  # noqa: E402
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.runtime import elf_link  # noqa: E402
+from ansible.module_utils.gpu import facts as gpu_facts  # noqa: E402
+from ansible.module_utils.engines.llamacpp import rpc_transport  # noqa: E402
+from ansible.module_utils.runtime import build as runtime_build  # noqa: E402
+from ansible.module_utils.engines.llamacpp import tensor_split  # noqa: E402
 
 # --- run ------------------------------------------------------------------------------
 
@@ -133,14 +138,13 @@ def build(prepared: Path, variant: str, arch: str, root: str, jobs: int, log) ->
 
 
 def link_check(bindir: Path, cuda: bool) -> dict:
-    rt, elf = module_utils("runtime_build"), module_utils("elf_link")
-    allow = rt.link_allowlist([], [], cuda, False)
+    allow = runtime_build.link_allowlist([], [], cuda, False)
     results = []
     for name in ("llama-server", "ggml-rpc-server", "llama-bench"):
         path = bindir / name
         dyn = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=False).stdout
         kind = subprocess.run(["file", "-b", str(path)], capture_output=True, text=True, check=False).stdout
-        results.append(elf.verdict(name, dyn, kind, allow))
+        results.append(elf_link.verdict(name, dyn, kind, allow))
     return {"allowlist": allow, "binaries": results, "passed": all(r["passed"] for r in results)}
 
 
@@ -194,9 +198,8 @@ def wait_for(check, seconds: float, what: str) -> None:
 def served(bindir: Path, model: Path, layers: int, cuda: bool, captures: Path) -> dict:
     """ggml-rpc-server and llama-server --rpc on loopback with the plan's
     split; one completion; the gates on what both printed."""
-    split_mod = module_utils("tensor_split")
     rpc_port, http_port = free_port(), free_port()
-    plan = split_mod.plan_split("master", ["worker"], {"worker": [{"name": "loopback", "address": "127.0.0.1/8"}]},
+    plan = tensor_split.plan_split("master", ["worker"], {"worker": [{"name": "loopback", "address": "127.0.0.1/8"}]},
                                 rpc_port, layers, cuda)
     rpc_log, server_log = captures / "rpc-server.log", captures / "llama-server.log"
     rpc_argv = [str(bindir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(rpc_port)]
@@ -225,10 +228,9 @@ def served(bindir: Path, model: Path, layers: int, cuda: bool, captures: Path) -
             except subprocess.TimeoutExpired:
                 proc.kill()
     (captures / "completion.json").write_text(json.dumps(completion, indent=2))
-    buffers = split_mod.parse_buffers(server_log.read_text(errors="replace"))
-    measured = split_mod.measured_shares(buffers["buffers"], plan["devices"], "master")
-    transport = module_utils("rpc_transport")
-    rpc_facts = transport.parse_log(rpc_log.read_text(errors="replace"))
+    buffers = tensor_split.parse_buffers(server_log.read_text(errors="replace"))
+    measured = tensor_split.measured_shares(buffers["buffers"], plan["devices"], "master")
+    rpc_facts = rpc_transport.parse_log(rpc_log.read_text(errors="replace"))
     timings = completion.get("timings", {})
     return {
         "argv": {"rpc": rpc_argv, "server": server_argv}, "plan": plan["lines"],
@@ -237,10 +239,10 @@ def served(bindir: Path, model: Path, layers: int, cuda: bool, captures: Path) -
                        "prefill_tokens_per_s": round(float(timings.get("prompt_per_second", 0)), 2)},
         "split": {"buffers": buffers["buffers"], "error": buffers["error"],
                   "nodes": {h: round(n["share"], 4) for h, n in measured["nodes"].items()},
-                  "problems": split_mod.split_problems(plan, measured, 0.1) if buffers["buffers"] else
+                  "problems": tensor_split.split_problems(plan, measured, 0.1) if buffers["buffers"] else
                   ["llama-server's log has no buffer lines"]},
         # over loopback TCP: the server healthy and the master connected
-        "transport": {"facts": rpc_facts, "problems": [p for p in [transport.server_problem(rpc_facts)] if p]
+        "transport": {"facts": rpc_facts, "problems": [p for p in [rpc_transport.server_problem(rpc_facts)] if p]
                       + ([] if rpc_facts["connections"] else ["no client connection in its log"])},
     }
 
@@ -260,15 +262,14 @@ def _health(port: int) -> bool:
 
 
 def gpu_gates(captures: Path) -> dict:
-    facts_mod = module_utils("gpu_facts")
     table = subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False).stdout
     detail = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, check=False).stdout
     (captures / "nvidia-smi.txt").write_text(table)
     (captures / "nvidia-smi_q.txt").write_text(detail)
-    facts = facts_mod.parse_table(table)
-    facts["detail"] = facts_mod.parse_detail(detail)
+    facts = gpu_facts.parse_table(table)
+    facts["detail"] = gpu_facts.parse_detail(detail)
     problems = facts["problems"] + facts["detail"]["problems"]
-    problems += facts_mod.gpu_node_problems("this machine", facts, len(facts["detail"]["gpus"]))
+    problems += gpu_facts.gpu_node_problems("this machine", facts, len(facts["detail"]["gpus"]))
     return {"driver": facts["driver_version"], "cuda": facts["cuda_version"],
             "gpus": facts["detail"]["gpus"], "problems": problems}
 

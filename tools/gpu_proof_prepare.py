@@ -22,7 +22,9 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "tools"))
 # pylint: disable=wrong-import-position
 from bundle import sha256_file as sha256  # noqa: E402
-from twinrail.loader import module_utils  # noqa: E402
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.weights import gguf_figures  # noqa: E402
+from ansible.module_utils.runtime import build as runtime_build  # noqa: E402
 
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle"
 ARCHIVE = BUNDLE / "runtime" / "llama_cpp_python-0.3.36.tar.gz"
@@ -102,7 +104,7 @@ def derive_model(source: Path, out: Path, layers: int) -> dict:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    figures = module_utils("gguf_figures").model_figures(str(out))
+    figures = gguf_figures.model_figures(str(out))
     if figures["layers"] != layers:
         raise ProofError(f"prepare: the derived model reads {figures['layers']} layers, expected {layers}")
     return {"source": source.name, "source_sha256": sha256(source), "layers": layers, "tensors": kept,
@@ -142,8 +144,7 @@ def render_build_scripts(builds: dict, root: Path, ccache: bool = False, jobs: s
 def render_scripts(out: Path) -> dict:
     """The runtime stage's build script for a CPU and a CUDA build
     (architecture and toolkit filled in where the GPU is found)."""
-    rt = module_utils("runtime_build")
-    variants = {name: {"cuda": cuda, "cmake": rt.cmake_definitions([PLACEHOLDERS[2]], cuda, PLACEHOLDERS[0], False,
+    variants = {name: {"cuda": cuda, "cmake": runtime_build.cmake_definitions([PLACEHOLDERS[2]], cuda, PLACEHOLDERS[0], False,
                                                                     PLACEHOLDERS[1])}
                 for name, cuda in (("cpu", False), ("cuda", True))}
     try:

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import yaml
 
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages
 
 ROOT = Path(__file__).resolve().parent.parent
-# role -> its stage's name (the tag), from the stage registry (module_utils/stages.py)
-STAGES = {role: stage["name"] for role, stage in module_utils("stages").by_role(ROOT).items()}
+# role -> its stage's name (the tag), from the stage registry (module_utils/stages/catalogue.py)
+STAGES = {role: stage["name"] for role, stage in stages.by_role(ROOT).items()}
 _TOP = re.compile(r"^([a-z][a-z0-9_]*):")
 
 

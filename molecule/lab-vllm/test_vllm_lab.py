@@ -27,7 +27,8 @@ sys.path.insert(0, str(PROJECT / "tools"))
 from lab_dashboard import BASE as DASHBOARD_BASE  # noqa: E402  pylint: disable=wrong-import-position
 from lab_dashboard import dashboard_page  # noqa: E402  pylint: disable=wrong-import-position
 from lab_dashboard import panels as dashboard_panels  # noqa: E402  pylint: disable=wrong-import-position
-from twinrail.loader import module_utils  # noqa: E402  pylint: disable=wrong-import-position
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages  # noqa: E402
 INVENTORY = PROJECT / "inventory" / "lab-vllm"
 STATE = Path.home() / ".local" / "state" / "twinrail-lab"
 MASTER, WORKER = "twinrail-lab-master", "twinrail-lab-worker1"
@@ -177,7 +178,7 @@ def test_the_worker_killed_gives_503_then_the_service_comes_back():
 
 
 def role_default(name: str):
-    return module_utils("stages").role_default(PROJECT, name)
+    return stages.role_default(PROJECT, name)
 
 
 def guard_get(path: str) -> str:

@@ -1,18 +1,22 @@
 """The one way code on the controller reaches the repository's module_utils.
 
-A module on a node imports its helpers as `ansible.module_utils.<name>`,
-because Ansible ships them there. Everything that runs on the controller
-(action plugins, filters, the `twinrail` command, the unit tests) imports
-them under the same name, after `install()` has added the repository's
-`module_utils/` to that package's search path. So there is one copy of
-each helper in a process, whoever imported it first, and a helper that
-imports another (`from ansible.module_utils.memory_plan import ...`) works
-the same on a node and here.
+A module on a node imports its helpers as `ansible.module_utils.<package>.<name>`
+(`from ansible.module_utils.gpu import facts`), because Ansible ships them
+there. Everything that runs on the controller (action plugins, filters,
+lookups, the `twinrail` command, the tools, the tests) imports them with the
+same statement, after this module: importing it adds the repository's
+`module_utils/` to that package's search path. So the loader's import comes
+first and the helpers' after it, plain imports a reader and a tool can follow:
+
+    import twinrail.loader  # noqa: F401  (first: module_utils/ joins ansible.module_utils)
+    from ansible.module_utils.stages import catalogue
+
+There is one copy of each helper in a process, whoever imported it first,
+and a helper that imports another works the same on a node and here.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -50,7 +54,4 @@ def _bare_package() -> None:
     top.module_utils = package
 
 
-def module_utils(name: str) -> ModuleType:
-    """The module_utils `name`, as a module on a node imports it."""
-    install()
-    return importlib.import_module(f"ansible.module_utils.{name}")
+install()

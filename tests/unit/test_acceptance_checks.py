@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import acceptance_checks as ac
+from ansible.module_utils.acceptance import checks as ac
 
 
 def test_a_repetition_loop_is_measured_and_ordinary_text_is_not():

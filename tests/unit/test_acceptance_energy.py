@@ -1,4 +1,4 @@
-"""Energy and cost per generated token (module_utils/acceptance_energy.py),
+"""Energy and cost per generated token (module_utils/acceptance/energy.py),
 from the lab's real soak (tests/fixtures/lab/acceptance_lab_ramp_soak.json)
 and a real GPU's power (an H100 under load, tests/fixtures/gpu-telemetry/);
 the sampler reading Prometheus's real answers (tests/fixtures/monitoring/),
@@ -12,8 +12,8 @@ import json
 from conftest import FIXTURES
 from test_guard import serve
 
-from acceptance_client import Sampler
-from acceptance_energy import energy, sentence
+from ansible.module_utils.acceptance.client import Sampler
+from ansible.module_utils.acceptance.energy import energy, sentence
 from twinrail.guard import gpu
 
 SOAK = json.loads((FIXTURES / "lab" / "acceptance_lab_ramp_soak.json").read_text())["soak"]

@@ -12,7 +12,7 @@ import statistics
 import pytest
 from conftest import REPO
 
-from acceptance_latency import (drill_failures, level_row, percentile, ramp_failures, soak_failures, soak_summary,
+from ansible.module_utils.acceptance.latency import (drill_failures, level_row, percentile, ramp_failures, soak_failures, soak_summary,
                                 soak_windows)
 
 REPORT = json.loads((REPO / "tests" / "fixtures" / "lab" / "acceptance_lab_ramp_soak.json").read_text())

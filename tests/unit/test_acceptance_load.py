@@ -1,5 +1,5 @@
 """The load engine shared by the acceptance stage and `twinrail bench`
-(module_utils/acceptance_load.py), driving both clients against a stand-in
+(module_utils/acceptance/load.py), driving both clients against a stand-in
 llama-server that replays the lab's real streamed chat answer
 (tests/fixtures/llama-server/lab_chat_stream.txt) an event at a time."""
 
@@ -13,8 +13,8 @@ import pytest
 import test_guard_traffic
 from test_guard import serve
 
-import acceptance_load as load
-from acceptance_client import Client
+from ansible.module_utils.acceptance import load
+from ansible.module_utils.acceptance.client import Client
 from twinrail.ctl import bench
 
 

@@ -1,6 +1,6 @@
 """Acceptance against vLLM, which reports no llama.cpp `timings`: the
 client asks for the usage in streams and derives the rates from the
-server's token counts and its own clock (module_utils/acceptance_client.py),
+server's token counts and its own clock (module_utils/acceptance/client.py),
 on vLLM's real answers replayed on the loopback
 (tests/fixtures/vllm/api/SOURCE.md)."""
 
@@ -12,7 +12,7 @@ import json
 import pytest
 from conftest import FIXTURES, loopback_server
 
-from acceptance_client import Client, client_timings
+from ansible.module_utils.acceptance.client import Client, client_timings
 
 API = FIXTURES / "vllm" / "api"
 

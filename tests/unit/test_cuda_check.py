@@ -10,8 +10,8 @@ import pytest
 from conftest import FIXTURES
 
 import cuda_check
-from elf_link import needed_libraries, verdict
-from runtime_build import link_allowlist, runpaths, shipped
+from ansible.module_utils.runtime.elf_link import needed_libraries, verdict
+from ansible.module_utils.runtime.build import link_allowlist, runpaths, shipped
 
 
 def test_each_cuda_profiles_architectures_are_read_from_the_profile():

@@ -10,7 +10,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 import twinrail_disk_space
-from disk_space import check, held_bytes, nearest_existing
+from ansible.module_utils.node.disk_space import check, held_bytes, nearest_existing
 
 
 def free(path) -> int:

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from elf_link import needed_libraries, verdict
+from ansible.module_utils.runtime.elf_link import needed_libraries, verdict
 
 
 

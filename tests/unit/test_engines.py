@@ -1,4 +1,4 @@
-"""An engine is a folder (module_utils/engines.py): the engines there are,
+"""An engine is a folder (module_utils/engines/registry.py): the engines there are,
 an engine folder without its table or a table without a key, the guard's
 table held to the same engines, and no role choosing the engine again."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-import engines
+from ansible.module_utils.engines import registry as engines
 from twinrail.guard import agent as guard_agent
 from twinrail.guard import proxy as guard_proxy
 
@@ -88,7 +88,7 @@ def test_a_workers_units_per_rail_or_one():
     assert engines.worker_units(vllm, ["198.19.0.2", "198.19.1.2"]) == ["twinrail-vllm.service"]
 
 
-# an engine chosen anywhere but in module_utils/engines.py: a comparison with
+# an engine chosen anywhere but in module_utils/engines/registry.py: a comparison with
 # an engine's name, in a role's, a playbook's or a template's YAML or Jinja
 CHOICE = re.compile(r"""(==|!=)\s*['"](llamacpp|vllm)['"]|['"](llamacpp|vllm)['"]\s*(==|!=)|"""
                     r"""\bif\s+\S*engine\S*\s*(==|!=)""")

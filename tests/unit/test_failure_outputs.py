@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from hardware_profile import ParseError as IbdevError
-from hardware_profile import parse_ibdev2netdev
-from perftest import PerftestError, parse_iperf3, parse_perftest
-from rdma_link import ParseError, parse_ibstat, parse_ibv_devinfo, rail_gate
-from unit_journal import journal_problem, unit_failures
+from ansible.module_utils.inventory.hardware_profile import ParseError as IbdevError
+from ansible.module_utils.inventory.hardware_profile import parse_ibdev2netdev
+from ansible.module_utils.rails.perftest import PerftestError, parse_iperf3, parse_perftest
+from ansible.module_utils.rails.rdma_link import ParseError, parse_ibstat, parse_ibv_devinfo, rail_gate
+from ansible.module_utils.node.unit_journal import journal_problem, unit_failures
 
 NET = FIXTURES / "net"
 
@@ -175,7 +175,7 @@ def test_lspci_downgraded_links_are_named_and_full_ones_pass():
     """Real lspci -vv: two RTX 2060 cards trained at x8 of x16, and an H100
     node's blocks: a Gen5 switch port at 16 of 32 GT/s, the BMC's NIC at x1
     of x2, the H100 and its ConnectX-7 at Gen5 x16."""
-    from rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.rails.rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
 
     gpus = _links((FIXTURES / "gpu" / "lspci_vv_grep_gt_2x_rtx2060_width_x8_downgraded.txt").read_text())
     assert len(gpus) == 2
@@ -195,7 +195,7 @@ def test_an_lspci_that_cannot_name_the_speed_still_compares_the_lanes():
     32GT/s x16 and its VF with no link (kvm list). The width of an unknown
     speed is kept: the lshca card's LnkCap with the kvm PF's narrowed LnkSta
     (two real lines of two ConnectX-7 PFs) is a narrowed link."""
-    from rdma_link import parse_pcie_link, pcie_ceiling_gbps, pcie_downgrade  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.rails.rdma_link import parse_pcie_link, pcie_ceiling_gbps, pcie_downgrade  # pylint: disable=import-outside-toplevel
 
     old_cap, full_sta = (FIXTURES / "hardware" / "lspci_connectx7_lnkcap_speed_unknown_old_pciutils_lshca_issue51.txt"
                          ).read_text().splitlines()[:2]

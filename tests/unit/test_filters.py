@@ -337,7 +337,7 @@ def test_a_rail_behind_a_narrower_pcie_link_is_held_to_the_pcie_ceiling():
     """A DGX Spark: the port negotiates 200 Gb/s, the function sits on PCIe
     Gen5 x4 (the lspci capture): the pass line is the ratio of the PCIe
     ceiling, and says so."""
-    import rdma_link  # module_utils, on the unit tests' path
+    from ansible.module_utils.rails import rdma_link  # module_utils, on the unit tests' path
 
     lnksta = (FIXTURES / "hardware" / "lspci_cx7_lnkcap_lnksta_grep_gen5_x4_hp_zgx_stondo_blog_partial.txt"
               ).read_text().splitlines()[-1]

@@ -10,12 +10,12 @@ import re
 import pytest
 from conftest import FIXTURES
 
-from gpu_facts import ParseError, _head_version, _tree, has_table, parse_detail, parse_table
-from gpu_health import XID_NVLINK, XID_REFUSED, health_of, node_health, parse_xids, smi_failure, xid_problems, \
+from ansible.module_utils.gpu.facts import ParseError, _head_version, _tree, has_table, parse_detail, parse_table
+from ansible.module_utils.gpu.health import XID_NVLINK, XID_REFUSED, health_of, node_health, parse_xids, smi_failure, xid_problems, \
     xid_severity
-from llama_timings import parse_timings
-from tensor_split import parse_buffers
-from unit_journal import unit_failures
+from ansible.module_utils.engines.llamacpp.timings import parse_timings
+from ansible.module_utils.engines.llamacpp.tensor_split import parse_buffers
+from ansible.module_utils.node.unit_journal import unit_failures
 
 SICK, WARNED, WELL, FAILED, DEGRADED, TIMINGS = "sick", "warned", "well", "failed", "degraded", "timings"
 CATALOGUE = "catalogue"  # NVIDIA's Xid catalogue: what the Xid verdicts are read against

@@ -1,5 +1,5 @@
 """A model's figures read where its weights are: the headers of its GGUF
-files cut on the master (library/gguf_header.py and module_utils/gguf_cut.py, standard library only), read on the
+files cut on the master (library/gguf_header.py and module_utils/weights/gguf_cut.py, standard library only), read on the
 controller by the gguf package's own reader (gguf_figures.
 figures_from_headers). On the real SmolLM2 file of the lab's bundle, and on
 a split model written by the gguf package's own writer."""
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-import gguf_cut as header_module
-import gguf_figures
+from ansible.module_utils.weights import gguf_cut as header_module
+from ansible.module_utils.weights import gguf_figures
 from conftest import REPO, filter_plugins
 from test_memory_plan import SMOLLM2, model, run_module
 

@@ -1,5 +1,5 @@
 """The converted tokenizer adds what the GGUF says llama.cpp adds
-(module_utils/gguf_tokens.py): read from the lab's real GGUFs (the bundle
+(module_utils/weights/gguf_tokens.py): read from the lab's real GGUFs (the bundle
 `make test` fetches), carried into a tokenizer.json's post-processor."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_tokens import special_token_flags, with_special_tokens
+from ansible.module_utils.weights.gguf_tokens import special_token_flags, with_special_tokens
 
 BUNDLE = Path.home() / ".cache" / "twinrail" / "bundle" / "models"
 GEMMA = BUNDLE / "gemma3-270m-q4-k-m" / "gemma-3-270m-q4_k_m.gguf"

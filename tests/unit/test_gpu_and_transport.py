@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from gpu_facts import ParseError, gpu_gate, parse_query, parse_table, unified_memory
-from rpc_transport import parse_log, transport_verdict
+from ansible.module_utils.gpu.facts import ParseError, gpu_gate, parse_query, parse_table, unified_memory
+from ansible.module_utils.engines.llamacpp.rpc_transport import parse_log, transport_verdict
 
 HW = FIXTURES / "hardware"
 GPU = FIXTURES / "gpu"

@@ -9,8 +9,8 @@ import pytest
 from conftest import FIXTURES
 
 import gpu_gate
-from gpu_facts import _tree, parse_detail, parse_table
-from gpu_health import health_of, node_health, parse_xids, smi_failure, xid_problems
+from ansible.module_utils.gpu.facts import _tree, parse_detail, parse_table
+from ansible.module_utils.gpu.health import health_of, node_health, parse_xids, smi_failure, xid_problems
 
 HEALTH = FIXTURES / "gpu-health"
 GPU = FIXTURES / "gpu"

@@ -11,9 +11,9 @@ from conftest import FIXTURES
 
 import gpu_gate
 import twinrail_memory_plan
-from gpu_facts import ParseError, gpu_node_problems, gpu_settings_problems, parse_detail, parse_table
-from memory_plan import GIB, plan
-from tensor_split import gpu_split_problems, measured_shares, parse_buffers, plan_split
+from ansible.module_utils.gpu.facts import ParseError, gpu_node_problems, gpu_settings_problems, parse_detail, parse_table
+from ansible.module_utils.inventory.memory_plan import GIB, plan
+from ansible.module_utils.engines.llamacpp.tensor_split import gpu_split_problems, measured_shares, parse_buffers, plan_split
 from twinrail.guard import rails
 
 GPU = FIXTURES / "gpu"
@@ -264,7 +264,7 @@ def test_gb10s_framebuffer_in_nvidia_smi_q_reads_as_unified_and_a_discrete_gpus_
     """The FB Memory Usage block of a GB10's nvidia-smi -q (a partial real
     capture): "N/A" is its unified memory; the same reading on an H100 is
     memory nvidia-smi could not read."""
-    from gpu_facts import _tree, unified_memory
+    from ansible.module_utils.gpu.facts import _tree, unified_memory
 
     block = (FIXTURES / "hardware" / "nvidia-smi_gb10_q_fb_memory_na_nvtop_pr466_partial.txt").read_text()
     reading = _tree(["    " + line for line in block.splitlines()])["FB Memory Usage/Total"]

@@ -1,6 +1,6 @@
 """make gpu-proof's CPU-side parts (tools/gpu_proof.py) and the runtime
 build's definitions it shares with the runtime stage
-(module_utils/runtime_build.py): what the CUDA build links statically and
+(module_utils/runtime/build.py): what the CUDA build links statically and
 what it cannot, the trimmed source and the derived model that fit one
 call to the GPU machine, the build script rendered from the stage's own
 template, and the dry run that checks them."""
@@ -15,7 +15,7 @@ import tarfile
 import pytest
 from conftest import REPO
 
-from runtime_build import (CUDA_DRIVER, GLIBC, SHIPPED_RUNPATH, cmake_definitions, fully_static, link_allowlist,
+from ansible.module_utils.runtime.build import (CUDA_DRIVER, GLIBC, SHIPPED_RUNPATH, cmake_definitions, fully_static, link_allowlist,
                            runpaths, shipped)
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -72,8 +72,9 @@ def test_the_helpers_load_on_a_machine_without_ansible():
     """The GPU machine has Python, not Ansible: the loader makes the
     package bare over module_utils/ and the pure helpers import as on a node."""
     code = ("import sys; sys.modules['ansible'] = None; sys.path.insert(0, 'src');"
-            "from twinrail.loader import module_utils;"
-            "print(module_utils('gpu_facts').bus_key('00000000:18:00.0'), module_utils('runtime_build').CUDA_DRIVER)")
+            "import twinrail.loader;"
+            "from ansible.module_utils.gpu import facts; from ansible.module_utils.runtime import build;"
+            "print(facts.bus_key('00000000:18:00.0'), build.CUDA_DRIVER)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0000:18:00.0 ('libcuda.so.1',)"
@@ -154,8 +155,8 @@ def test_the_proofs_rpc_logs_pass_the_projects_gates():
     proof runs: the split the plan gave (-ngl 3 of 4 layers on the RPC
     server, the first on the master's CPU) and a healthy, connected RPC
     server on TCP."""
-    from tensor_split import measured_shares, parse_buffers, plan_split, split_problems
-    from rpc_transport import parse_log, server_problem
+    from ansible.module_utils.engines.llamacpp.tensor_split import measured_shares, parse_buffers, plan_split, split_problems
+    from ansible.module_utils.engines.llamacpp.rpc_transport import parse_log, server_problem
 
     plan = plan_split("master", ["worker"], {"worker": [{"name": "loopback", "address": "127.0.0.1/8"}]},
                       33725, 4, False)

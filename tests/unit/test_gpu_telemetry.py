@@ -81,7 +81,7 @@ def test_a_gb10_reads_the_nodes_memory_as_its_own():
 
 
 def test_the_unified_rule_is_the_gpu_gates():
-    from gpu_facts import UNIFIED_MEMORY_PRODUCTS  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.gpu.facts import UNIFIED_MEMORY_PRODUCTS  # pylint: disable=import-outside-toplevel
     assert gpu.UNIFIED_MEMORY_PRODUCTS == UNIFIED_MEMORY_PRODUCTS
 
 

@@ -1,4 +1,4 @@
-"""The guard's artifact (module_utils/guard_zipapp.py, library/guard_artifact.py):
+"""The guard's artifact (module_utils/runtime/guard_zipapp.py, library/guard_artifact.py):
 the zipapp built from src/, the same bytes twice, named by its sha256, a
 changed source a new release, and the zipapp run by a real python3."""
 
@@ -15,7 +15,7 @@ from conftest import module_process
 
 import pytest
 
-import guard_zipapp as artifact
+from ansible.module_utils.runtime import guard_zipapp as artifact
 from conftest import REPO
 
 SRC = REPO / "src"

@@ -1,5 +1,5 @@
 """Hardware profiles (profiles/*.yml through lookup_plugins/twinrail_profile.py)
-and preflight's profile gate (module_utils/hardware_profile.py), judged on
+and preflight's profile gate (module_utils/inventory/hardware_profile.py), judged on
 real captures from DGX Spark boxes (uname -a, ibdev2netdev, nvidia-smi) and
 a Tesla T4 host (tests/fixtures/hardware/)."""
 
@@ -16,8 +16,8 @@ import pytest
 import yaml
 from conftest import FIXTURES
 
-from gpu_facts import parse_table
-from hardware_profile import host_facts, judge, parse_ibdev2netdev, parse_uname_machine, read_host
+from ansible.module_utils.gpu.facts import parse_table
+from ansible.module_utils.inventory.hardware_profile import host_facts, judge, parse_ibdev2netdev, parse_uname_machine, read_host
 
 REPO = Path(__file__).resolve().parents[2]
 HW = FIXTURES / "hardware"

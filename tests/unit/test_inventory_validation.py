@@ -14,9 +14,9 @@ import json
 import pytest
 from conftest import REPO, load_inventory
 
-from inventory_names import check_names
-from inventory_rules import validate
-from stages import prefixes, registry
+from ansible.module_utils.inventory.names import check_names
+from ansible.module_utils.inventory.rules import validate
+from ansible.module_utils.stages.catalogue import prefixes, registry
 
 EXAMPLE = REPO / "inventory" / "example"
 LAB = REPO / "inventory" / "lab"
@@ -481,8 +481,8 @@ def test_the_facts_stages_hand_on_are_the_only_unspecified_prefixed_names():
     stage; it must be declared, or preflight would call it a typo when
     passed with -e (and a new one would go unnoticed)."""
     import yaml as _yaml
-    from inventory_names import STAGE_FACTS
-    from stages import prefixes
+    from ansible.module_utils.inventory.names import STAGE_FACTS
+    from ansible.module_utils.stages.catalogue import prefixes
     stage_prefixes = prefixes(REPO)
     found = set()
 

@@ -1,6 +1,6 @@
 """Judges run in the controller's process (action_plugins/twinrail_judge.py).
 
-A judge module (module_utils/judge.py: ARGUMENT_SPEC and judge()) gives the
+A judge module (module_utils/modules/judge.py: ARGUMENT_SPEC and judge()) gives the
 same answer whether Ansible ships it to localhost as a module or runs its
 judgement in the controller's process: the same result, the same refusal of
 a bad argument, the same warnings. Each judge has its action and nothing
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES, REPO
-from gpu_facts import parse_table
+from ansible.module_utils.gpu.facts import parse_table
 
 LIBRARY = REPO / "library"
 ACTIONS = REPO / "action_plugins"
@@ -103,5 +103,5 @@ def test_the_base_is_not_a_task_of_its_own(tmp_path):
 def test_a_judge_module_still_runs_as_a_module(name):
     """ansible-doc documents it and its main() is the shared one (what the node would run)."""
     text = (LIBRARY / f"{name}.py").read_text()
-    assert "AnsibleModule(" not in text and "from ansible.module_utils.judge import run_module" in text
+    assert "AnsibleModule(" not in text and "from ansible.module_utils.modules.judge import run_module" in text
     assert (ACTIONS / f"{name}.py").read_text().count("\n") <= 4

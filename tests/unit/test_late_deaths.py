@@ -1,5 +1,5 @@
 """What comes after the load, read as what it is (module_utils/
-tensor_split.py and the split gate): a runtime that placed every buffer
+engines/llamacpp/tensor_split.py and the split gate): a runtime that placed every buffer
 and then died fails naming the node, the GPU, the fatal line and what it
 means; a load that gave up pipeline parallelism passes with a warning
 naming it; older buffer lines and a split GGUF's several lines per device
@@ -14,7 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES
 
 import tensor_split_gate
-from tensor_split import MIB, parse_buffers
+from ansible.module_utils.engines.llamacpp.tensor_split import MIB, parse_buffers
 
 LOAD = FIXTURES / "llama-load"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from llama_timings import lines, parse_timings, summary
+from ansible.module_utils.engines.llamacpp.timings import lines, parse_timings, summary
 
 LAB = (FIXTURES / "lab" / "llama-server_print_timing_cached_prompt_lab.txt").read_text()
 

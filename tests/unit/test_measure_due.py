@@ -9,9 +9,9 @@ import copy
 import pytest
 from test_rdma_link import RAIL, build_sysfs
 
-from measure_due import (acceptance_due, bandwidth_due, bandwidth_fingerprint, deployed_key,
+from ansible.module_utils.stages.measure_due import (acceptance_due, bandwidth_due, bandwidth_fingerprint, deployed_key,
                          run_time)
-from rdma_link import rail_state
+from ansible.module_utils.rails.rdma_link import rail_state
 
 NOW = run_time("20261201T120000Z")
 DAY = 86400

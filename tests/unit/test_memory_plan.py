@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-import gguf_figures
+from ansible.module_utils.weights import gguf_figures
 import twinrail_memory_plan
-from gguf_figures import GGUFError, model_figures
-from memory_plan import GIB, plan
+from ansible.module_utils.weights.gguf_figures import GGUFError, model_figures
+from ansible.module_utils.inventory.memory_plan import GIB, plan
 
 REPO = Path(__file__).resolve().parents[2]
 SMOLLM2 = (Path.home() / ".cache" / "twinrail" / "bundle" / "models" / "smollm2-135m-instruct"
@@ -151,7 +151,7 @@ def test_module_refuses_a_missing_gguf(capsys):
 def test_the_service_accepts_exactly_the_kv_types_the_plan_knows():
     import yaml
 
-    from memory_plan import KV_TYPES
+    from ansible.module_utils.inventory.memory_plan import KV_TYPES
     specs = yaml.safe_load((REPO / "roles" / "inference_service" / "meta" / "argument_specs.yml").read_text())
     option = specs["argument_specs"]["main"]["options"]["inference_service_kv_type"]
     assert option["choices"] == list(KV_TYPES)

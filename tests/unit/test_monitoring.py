@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import FIXTURES, REPO
 
 import monitoring_gate
-import profiles
+from ansible.module_utils.inventory import profiles
 from twinrail.guard import metrics, textfile
 
 _spec = importlib.util.spec_from_file_location("monitoring_filters", REPO / "filter_plugins" / "monitoring.py")
@@ -578,7 +578,7 @@ def table_series(capture: Path, node: str) -> list[dict]:
     """The figures of a real nvidia-smi table (gpu_facts.parse_table: busy
     share, power draw and limit) as twinrail-guard gpu writes them: its
     --query-gpu fields, read by its own telemetry."""
-    from gpu_facts import parse_table  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.gpu.facts import parse_table  # pylint: disable=import-outside-toplevel
     from twinrail.guard import gpu  # pylint: disable=import-outside-toplevel
 
     def field(value) -> str:

@@ -1,4 +1,4 @@
-"""NCCL's own words read (module_utils/nccl_log.py) on real NCCL_DEBUG=INFO
+"""NCCL's own words read (module_utils/rails/nccl_log.py) on real NCCL_DEBUG=INFO
 logs and nccl-tests outputs (tests/fixtures/nccl/SOURCES.md): each capture
 judged against the rails its own site meant NCCL to use. The directory is
 enumerated: a capture added without a verdict fails, and no failure
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from nccl_log import parse_debug, parse_tests, problems
+from ansible.module_utils.rails.nccl_log import parse_debug, parse_tests, problems
 
 NCCL = FIXTURES / "nccl"
 SPARK = (["rocep1s0f1", "roceP2p1s0f1"], "enp1s0f1np1")

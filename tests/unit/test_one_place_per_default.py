@@ -11,7 +11,7 @@ import re
 import yaml
 from conftest import REPO
 
-from stages import RegistryError, registry, role_default
+from ansible.module_utils.stages.catalogue import RegistryError, registry, role_default
 
 import pytest
 

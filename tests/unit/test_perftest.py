@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from perftest import (MIB_TO_GBPS, PerftestError, baseline_drops, counter_deltas, gate, parse,
+from ansible.module_utils.rails.perftest import (MIB_TO_GBPS, PerftestError, baseline_drops, counter_deltas, gate, parse,
                       parse_iperf3,
                       parse_perftest, spread_pct, verdict)
 
@@ -327,7 +327,7 @@ def test_a_slow_rail_with_its_own_reason_is_not_called_stale():
     """The same 0.21 Gb/s, but the ends differ in MTU, or one end's PCIe
     link is narrowed (the real kvm-list ConnectX-7 PF at Gen4 x8 of Gen5
     x16, as rdma_link reads it): each is named instead of the stale state."""
-    from rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.rails.rdma_link import pcie_downgrade  # pylint: disable=import-outside-toplevel
 
     mtu = verdict([{**SPARK_RAIL, "server_mtu": 1500, "runs": bw_runs(DEGRADED)}], [], {}, {}, 1.0)["failures"]
     assert len(mtu) == 1 and "stale state at boot" not in mtu[0], mtu

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-import rdma_link
-from rdma_link import (ParseError, gid_to_ipv4, parse_ibstat, parse_ibv_devinfo,
+from ansible.module_utils.rails import rdma_link
+from ansible.module_utils.rails.rdma_link import (ParseError, gid_to_ipv4, parse_ibstat, parse_ibv_devinfo,
                        parse_rate, parse_rdma_link, rail_gate, rail_state, select_gid)
 
 PERFTEST = FIXTURES / "perftest"

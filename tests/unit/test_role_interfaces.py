@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO
 
-import engines
+from ansible.module_utils.engines import registry as engines
 
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 MODULES = {p.stem for p in (REPO / "library").glob("*.py")}

@@ -14,8 +14,8 @@ from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES
 
 import rpc_transport_facts
-from rpc_transport import parse_log, server_problem, transport_verdict
-from tensor_split import load_error_cause, parse_buffers
+from ansible.module_utils.engines.llamacpp.rpc_transport import parse_log, server_problem, transport_verdict
+from ansible.module_utils.engines.llamacpp.tensor_split import load_error_cause, parse_buffers
 from twinrail.ctl import status
 from twinrail.guard import textfile
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from weights_sums import sha256_file
-from rsync_streams import (last_progress, parse_stats, plan_streams, progress_line, rsync_argv,
+from ansible.module_utils.weights.sums import sha256_file
+from ansible.module_utils.weights.rsync_streams import (last_progress, parse_stats, plan_streams, progress_line, rsync_argv,
                            run_streams)
 
 RSYNC = shutil.which("rsync")

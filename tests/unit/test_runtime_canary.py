@@ -3,7 +3,7 @@ SOURCES.md, llama-load/): a full offload on the GPU asked passes; a GPU
 left unused (no -ngl, a failed CUDA start), a death for a missing arch, a
 failed load, no answer each fail naming the node, the GPU and the cause;
 the CPU path of a CPU build; when it runs again (module_utils/
-runtime_canary.py)."""
+runtime/canary.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from runtime_canary import KEPT_PASSES, answered, due, passed_at, problems, read_load, server_args, verdict
+from ansible.module_utils.runtime.canary import KEPT_PASSES, answered, due, passed_at, problems, read_load, server_args, verdict
 
 CANARY = FIXTURES / "canary"
 V100 = "llama-cli_cuda0_full_offload_v100_cc70_33of33_ci-ggml-4_c6af2161_2025-03.txt"

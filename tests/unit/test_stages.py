@@ -1,4 +1,4 @@
-"""The stage registry (module_utils/stages.py): read from site.yml and the
+"""The stage registry (module_utils/stages/catalogue.py): read from site.yml and the
 play files, never typed; what reads it agrees with it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from stage_settings import RULES
-from stages import RegistryError, by_role, measured, prefixes, registry
+from ansible.module_utils.stages.settings import RULES
+from ansible.module_utils.stages.catalogue import RegistryError, by_role, measured, prefixes, registry
 
 
 def test_every_role_is_a_stage_and_every_stage_a_role_in_site_order():

@@ -1,11 +1,11 @@
-"""sysctl key paths and value comparison (module_utils/sysctl_values.py),
+"""sysctl key paths and value comparison (module_utils/node/sysctl_values.py),
 and the twinrail_sysctl module's check and diff modes on this machine's
 real /proc/sys."""
 
 from __future__ import annotations
 
 from conftest import REPO, module_process
-from sysctl_values import key_path, mismatches, normalize, read
+from ansible.module_utils.node.sysctl_values import key_path, mismatches, normalize, read
 
 
 def test_key_path_follows_sysctl_naming():

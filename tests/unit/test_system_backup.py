@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import system_backup as sb
-import system_backups as sbs
+from ansible.module_utils.node import backups as sbs
 
 
 def params(tmp_path, **extra):

@@ -1,5 +1,5 @@
 """The split of the layers the memory plan assumes (module_utils/
-tensor_split.py, the twinrail_tensor_split filter, tensor_split_gate): the
+engines/llamacpp/tensor_split.py, the twinrail_tensor_split filter, tensor_split_gate): the
 --rpc list, -ngl and --tensor-split given to llama-server, and the gate
 over the loader's buffers, read from real llama.cpp logs (a 4-node Strix
 Halo cluster left to split by free memory, a failed RPC allocation, and
@@ -14,7 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, REPO, filter_plugins
 
 import tensor_split_gate
-from tensor_split import MIB, measured_shares, parse_buffers, plan_split, split_problems
+from ansible.module_utils.engines.llamacpp.tensor_split import MIB, measured_shares, parse_buffers, plan_split, split_problems
 
 filters = filter_plugins()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from conftest import FIXTURES
 
-from unit_journal import (PROCESS_EXIT_ID, UNIT_FAILED_ID, kernel_oom_of, messages, parse_records,
+from ansible.module_utils.node.unit_journal import (PROCESS_EXIT_ID, UNIT_FAILED_ID, kernel_oom_of, messages, parse_records,
                           record_failures, unit_failures)
 
 LAB = FIXTURES / "lab"
@@ -80,7 +80,7 @@ def test_the_kernels_kill_lines_and_systemds_oom_line_in_syslog_are_read():
 def test_a_start_time_journalctl_cannot_parse_falls_back_to_the_units_own_records():
     """journalctl refusing the --since (an older systemd, an odd time zone)
     must not read as an unreadable journal: the unit's records are read alone."""
-    from unit_journal import since_start
+    from ansible.module_utils.node.unit_journal import since_start
     calls = []
 
     class Module:

@@ -1,4 +1,4 @@
-"""The vLLM engine's layout (module_utils/vllm_engine.py) through the
+"""The vLLM engine's layout (module_utils/engines/vllm/layout.py) through the
 filters the service stage calls (filter_plugins/vllm.py): the sizes'
 check against nodes, GPUs, heads and layers, and each node's command
 line and environment."""
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from vllm_engine import parallel_problems, serve_args, serve_env
+from ansible.module_utils.engines.vllm.layout import parallel_problems, serve_args, serve_env
 
 SMOL = {"heads": 9, "kv_heads": 3, "layers": 30}
 GEMMA = {"heads": 4, "kv_heads": 1, "layers": 18}

@@ -1,5 +1,5 @@
 """The vLLM environment's lock and the check of an installed environment
-against it (module_utils/vllm_env.py), on the committed lock and real
+against it (module_utils/engines/vllm/env.py), on the committed lock and real
 `pip list` captures (tests/fixtures/vllm/env/SOURCE.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from vllm_env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, lock_pins, \
+from ansible.module_utils.engines.vllm.env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, lock_pins, \
     lock_platform
 
 LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"

@@ -2,14 +2,14 @@
 (tests/fixtures/vllm/handshake/SOURCE.md): two ranks that meet pass; a
 rank on another environment, a rank alone (no rendezvous, or nobody
 joining it) each fail naming host, rank, rail and rendezvous
-(module_utils/vllm_handshake.py)."""
+(module_utils/engines/vllm/handshake.py)."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import FIXTURES
 
-from vllm_handshake import cause, verdict
+from ansible.module_utils.engines.vllm.handshake import cause, verdict
 
 HS = FIXTURES / "vllm" / "handshake"
 WHERE = {"world": 2, "rail": "rail0 (ens1f0np0)", "rendezvous": "198.19.0.1:29499", "timeout": 60}

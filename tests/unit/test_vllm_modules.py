@@ -15,7 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 from conftest import FIXTURES, REPO
 
 import vllm_env_check
-from vllm_env import cpuinfo_flags
+from ansible.module_utils.engines.vllm.env import cpuinfo_flags
 import vllm_rank_facts
 
 # the module, not module_utils' helper of the same name (the tests' plain

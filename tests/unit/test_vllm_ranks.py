@@ -1,4 +1,4 @@
-"""The vLLM group read from its units' journals (module_utils/vllm_ranks.py)
+"""The vLLM group read from its units' journals (module_utils/engines/vllm/ranks.py)
 on real journals of the lab's two nodes serving with pipeline parallel 2
 (tests/fixtures/vllm/journal/SOURCE.md): the group planned passes; a rank
 missing, twice, met elsewhere or without its weights fails naming it."""
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES
 
-from vllm_ranks import group_problems, read_ranks, summary
+from ansible.module_utils.engines.vllm.ranks import group_problems, read_ranks, summary
 
 JOURNAL = FIXTURES / "vllm" / "journal"
 MASTER = read_ranks((JOURNAL / "pp2-master-serving.txt").read_text())

@@ -10,7 +10,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 import weights_manifest as module
-from weights_sums import parse_sha256sums, sha256_file
+from ansible.module_utils.weights.sums import parse_sha256sums, sha256_file
 
 
 def run(args, capsys, check_mode=False):

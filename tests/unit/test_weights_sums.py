@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from weights_sums import (ManifestError, load_cache, parse_sha256sums, promote,
+from ansible.module_utils.weights.sums import (ManifestError, load_cache, parse_sha256sums, promote,
                               render_sha256sums, save_cache, sha256_file, verify)
 
 MODELS = Path.home() / ".cache" / "twinrail" / "bundle" / "models"

@@ -22,12 +22,13 @@ PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 # (written instead with TWINRAIL_WRITE_SAMPLES=1: make day2-samples)
 sys.path.insert(0, str(PROJECT / "tools"))
 from day2_samples import check as sample  # noqa: E402  pylint: disable=wrong-import-position
-from twinrail.loader import module_utils  # noqa: E402  pylint: disable=wrong-import-position
+import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.stages import catalogue as stages  # noqa: E402
 
 
 def default(name: str):
     """A role's default where it lives (roles/<role>/defaults/main.yml): the lab's inventory sets none of these."""
-    return module_utils("stages").role_default(PROJECT, name)
+    return stages.role_default(PROJECT, name)
 
 
 LLAMA_PORT, GUARD_PORT, RPC_PORT, AGENT_PORT, PROXY_PORT, EXPORTER_PORT = (

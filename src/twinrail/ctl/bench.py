@@ -2,20 +2,22 @@
 (the openai SDK over HTTPS with an API key): one stream, then N streams,
 each for a set time; time to first token and end-to-end latency at
 p50/p95/p99, errors and tokens/s per level: the acceptance stage's
-figures (module_utils/acceptance_latency.py) measured by the same load
-engine (module_utils/acceptance_load.py), without running Ansible."""
+figures (module_utils/acceptance/latency.py) measured by the same load
+engine (module_utils/acceptance/load.py), without running Ansible."""
 
 from __future__ import annotations
 
-from ..loader import module_utils
+from .. import loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.acceptance import latency as acceptance_latency
+from ansible.module_utils.acceptance import load as acceptance_load
 
 
 def _latency():
-    return module_utils("acceptance_latency")
+    return acceptance_latency
 
 
 def _load():
-    return module_utils("acceptance_load")
+    return acceptance_load
 
 
 def one(client, model: str, tokens: int) -> dict:

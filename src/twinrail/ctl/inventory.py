@@ -15,7 +15,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from ..loader import REPO, module_utils
+from ..loader import REPO
+from ansible.module_utils.engines import registry as engines
+from ansible.module_utils.stages import catalogue as stages
 
 # what the commands read beyond the nodes: stages' settings (the
 # inventory's value, else the role's default read from its defaults file,
@@ -59,11 +61,11 @@ class Node:
 
     def units(self, engine: dict) -> list[str]:
         """The units this node runs for the service, in startup order, with
-        the engine (its table: module_utils/engines.py)."""
+        the engine (its table: module_utils/engines/registry.py)."""
         if self.role == "master":
             return ["twinrail-firewall.service", engine["master_unit"], "twinrail-guard.service", "nginx.service"]
         return (["twinrail-firewall.service"]
-                + module_utils("engines").worker_units(engine, [rail.address for rail in self.rails])
+                + engines.worker_units(engine, [rail.address for rail in self.rails])
                 + ["twinrail-agent.service"])
 
 
@@ -71,7 +73,7 @@ class Node:
 class Cluster:
     nodes: list[Node]
     settings: dict
-    engine: dict = field(default_factory=dict)  # the engine's table (module_utils/engines.py)
+    engine: dict = field(default_factory=dict)  # the engine's table (module_utils/engines/registry.py)
 
     @property
     def master(self) -> Node:
@@ -121,13 +123,11 @@ def parse(listing: dict) -> Cluster:
                           known_hosts=os.path.expanduser(_known_hosts(_plain(hv.get("ansible_ssh_common_args"), ""))),
                           become=bool(_plain(hv.get("ansible_become"), False)), rails=rails))
     first = hostvars.get(masters[0], {})
-    stages = module_utils("stages")
     settings = {key: _plain(first.get(key), None) for key in ROLE_SETTINGS}
     settings.update({key: stages.role_default(REPO, key) for key, value in settings.items() if value is None})
     # no default anywhere (every site sets them, preflight requires them): None where absent, said by status
     settings.update({key: _plain(first.get(key)) for key in CLUSTER_SETTINGS})
     settings["twinrail_site"] = _plain(first.get("twinrail_site"))
-    engines = module_utils("engines")
     try:
         engine = engines.of_inventory({k: _plain(first.get(k), None) for k in ("inference_service_engine",
                                                                                  "twinrail_profile")},

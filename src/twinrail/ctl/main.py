@@ -27,7 +27,8 @@ from . import logs as logs_mod
 from . import probe, site as site_mod, status as status_mod
 from .inventory import InventoryError, site_name, vault_args
 from .inventory import load as load_inventory
-from ..loader import module_utils
+from .. import loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines.llamacpp import timings as llama_timings
 
 # the project's lab (an absolute path: the command may run from anywhere)
 DEFAULT_INVENTORY = os.environ.get("TWINRAIL_INVENTORY", str(status_mod.REPO / "inventory" / "lab"))
@@ -111,10 +112,9 @@ def cmd_logs(args) -> int:
             failed.append(f"{spec.name}: unreachable: {type(exc).__name__}: {exc}")
     if args.timings:
         # llama.cpp's timing lines of what was read, a request a line, with their summary
-        timings = module_utils("llama_timings")
         for name, found in per_node.items():
-            requests = timings.parse_timings("\n".join(e["message"] for e in found))
-            for said in timings.lines(requests) if requests else ["no timing lines in what was read"]:
+            requests = llama_timings.parse_timings("\n".join(e["message"] for e in found))
+            for said in llama_timings.lines(requests) if requests else ["no timing lines in what was read"]:
                 print(f"{name}: {said}")
     else:
         for entry in logs_mod.interleave(per_node):

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from ..loader import module_utils
+from .. import loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.gpu import facts as gpu_facts
 from .inventory import InventoryError
 
 VAULT_FILE = Path("group_vars") / "cluster" / "vault.yml"
@@ -230,7 +231,7 @@ def plan(nodes: list[tuple[str, str]], found: dict, profile: dict, subnets: list
             continue
         if expect.get("architecture") and box.get("machine") != expect["architecture"]:
             problems.append(f"{host}: architecture {box.get('machine')}, the profile expects {expect['architecture']}")
-        if expect.get("gpu") and not module_utils("gpu_facts").has_table(box.get("gpu_table") or ""):
+        if expect.get("gpu") and not gpu_facts.has_table(box.get("gpu_table") or ""):
             problems.append(f"{host}: no NVIDIA GPU answers nvidia-smi "
                             f"({(box.get('gpu_table') or 'nvidia-smi is not installed')[:200]}), the profile expects one")
         if rdma and not box.get("rdma"):

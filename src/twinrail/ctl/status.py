@@ -15,7 +15,9 @@ from twinrail.guard import gpu as gpu_telemetry
 from twinrail.guard.memory import parse_meminfo
 from twinrail.guard.transport import parse_log, server_problem
 
-from ..loader import module_utils
+from .. import loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.gpu import facts as gpu_facts
+from ansible.module_utils.gpu import health as gpu_health
 from .inventory import Cluster
 
 SCHEMA = 1
@@ -241,17 +243,16 @@ def gpus(name: str, probe: dict, check) -> list[dict]:
     kernel's Xid lines since boot): a row per GPU, ERR for a GPU that needs
     a reset or a replacement, WARN for a past or an application's error,
     ERR naming what nvidia-smi's failure means."""
-    facts, health = module_utils("gpu_facts"), module_utils("gpu_health")
     text = probe.get("detail") or ""
     try:
-        detail = facts.parse_detail(text)
-    except facts.ParseError:
-        check("ERR", name, "gpu", f"{name}: " + health.smi_failure(probe.get("rc"), (probe.get("stderr") or "") + "\n"
+        detail = gpu_facts.parse_detail(text)
+    except gpu_facts.ParseError:
+        check("ERR", name, "gpu", f"{name}: " + gpu_health.smi_failure(probe.get("rc"), (probe.get("stderr") or "") + "\n"
                                                                    + text, bool(probe.get("loaded"))))
         return []
     for problem in detail["problems"]:
         check("ERR", name, "gpu", f"{name}: {problem}")
-    refused, warned = health.node_health(name, {"detail": detail, "xids": health.parse_xids(probe.get("xid") or "")})
+    refused, warned = gpu_health.node_health(name, {"detail": detail, "xids": gpu_health.parse_xids(probe.get("xid") or "")})
     for sentence in refused:
         check("ERR", name, "gpu", sentence)
     for sentence in warned:

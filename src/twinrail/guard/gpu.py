@@ -35,7 +35,7 @@ BROKEN = ("GPU requires reset", "Unknown Error", "GPU is lost", "ERR!")
 # The GPUs whose memory is the CPU's (unified): their framebuffer reads
 # [N/A] and the node's memory is theirs. Any other GPU whose memory is not
 # read has unknown memory, never the node's. The same rule as the GPU gate's
-# (module_utils/gpu_facts.py UNIFIED_MEMORY_PRODUCTS; a test holds them equal).
+# (module_utils/gpu/facts.py UNIFIED_MEMORY_PRODUCTS; a test holds them equal).
 UNIFIED_MEMORY_PRODUCTS = ("NVIDIA GB10",)
 UNITS = ("MiB", "%", "W", "C", "MHz")
 # a header's column: the field's name, its unit in brackets where it has one

@@ -36,7 +36,7 @@ from twinrail.guard.web import log
 # processes a restart kills; and whether it runs as a group (vLLM: a rank
 # cannot rejoin, so a restart is every node's, and a group that stays
 # unavailable with every worker up is restarted whole). The stages' table of
-# the engines is module_utils/engines.py's; a unit test holds the two to the
+# the engines is module_utils/engines/registry.py's; a unit test holds the two to the
 # same engines.
 ENGINES = {
     "llamacpp": {"name": "llama-server", "probe": ("/completion", {"prompt": "ok", "n_predict": 1}),

@@ -2,7 +2,7 @@
 uses, and the split of the layers over them.
 
 Each rail of a worker has its own RPC server holding its share of the
-layers (--tensor-split, planned by module_utils/tensor_split.py). With one
+layers (--tensor-split, planned by module_utils/engines/llamacpp/tensor_split.py). With one
 rail cut, llama-server cannot go on: it needs every server it loaded onto.
 It can be started again without the cut rail's server, the worker's share
 moved onto its other rails' servers (the same node, the same memory; the

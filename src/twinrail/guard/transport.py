@@ -9,7 +9,7 @@ of a GB10 box (tests/fixtures/hardware/).
 
 One source, two users: the guard's zipapp (``twinrail-guard transport``
 writes each RPC server's transport for node_exporter) and the Ansible
-side, where ``module_utils/rpc_transport.py`` is a link to this file
+side, where ``module_utils/engines/llamacpp/rpc_transport.py`` is a link to this file
 (the service stage's gate, rpc_transport_facts)."""
 
 from __future__ import annotations

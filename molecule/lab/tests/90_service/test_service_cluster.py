@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from lab_client import LLAMA_PORT, RPC_PORT
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines.llamacpp import tensor_split
 
 testinfra_hosts = ["ansible://master"]
 
@@ -71,8 +72,7 @@ def test_the_worker_holds_its_share_of_the_model(host):
 
 def _split() -> tuple[list[str], dict]:
     """llama-server's command line and its loader's buffers per node, from
-    the journal of the unit's current start (module_utils/tensor_split.py)."""
-    tensor_split = module_utils("tensor_split")
+    the journal of the unit's current start (module_utils/engines/llamacpp/tensor_split.py)."""
     measured_shares, parse_buffers = tensor_split.measured_shares, tensor_split.parse_buffers
     argv = node(MASTER, "ps", "-C", "llama-server", "-o", "args=").stdout.split()
     invocation = node(MASTER, "systemctl", "show", "-p", "InvocationID", "--value",

@@ -26,9 +26,9 @@ from lab_client import (ALERTMANAGER_PORT, EXPORTER_PORT, MASTER, PASSWORD, PROJ
 
 from lab_dashboard import dashboard_page
 from lab_dashboard import panels as dashboard_panels
-from twinrail.loader import module_utils
+import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
+from ansible.module_utils.engines import registry as engines
 
-engines = module_utils("engines")
 
 testinfra_hosts = ["ansible://master"]
 

@@ -34,7 +34,7 @@ STAGE_FACTS = ("rdma_network_active_rails", "rdma_network_check_pending")
 
 def check_names(names_by_host: dict, settings: set, prefixes: tuple) -> list[str]:
     """Unknown names with twinrail's prefix or a stage's (``prefixes``: the
-    stage registry's, module_utils/stages.py), each once with the hosts
+    stage registry's, module_utils/stages/catalogue.py), each once with the hosts
     that have it and the closest known name."""
     known = sorted(set(TWINRAIL_VARIABLES) | set(settings) | set(STAGE_FACTS))
     watched = ("twinrail_",) + tuple(prefixes)

@@ -15,7 +15,7 @@ import os
 import tempfile
 import zlib
 
-from ansible.module_utils.gguf_cut import HeaderError, shards
+from ansible.module_utils.weights.gguf_cut import HeaderError, shards
 
 
 class GGUFError(Exception):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 
-from ansible.module_utils.nccl_log import conf_settings
-from ansible.module_utils.vllm_env import CPU_KERNELS_NEED, cpu_kernels, read_cpu_flags
+from ansible.module_utils.rails.nccl_log import conf_settings
+from ansible.module_utils.engines.vllm.env import CPU_KERNELS_NEED, cpu_kernels, read_cpu_flags
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
 # "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a

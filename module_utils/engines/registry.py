@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible.module_utils import profiles
+from ansible.module_utils.inventory import profiles
 
 ROLE = Path("roles") / "inference_service"
 TASKS = ROLE / "tasks" / "engines"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"  # module_utils/inventory/ -> the repository
 DEFAULT = "x86-connectx"
 
 

@@ -11,7 +11,7 @@ rewritten from them (a TemplateProcessing of [<bos>] $A [<eos>])."""
 
 from __future__ import annotations
 
-from ansible.module_utils.gguf_figures import GGUFError, _field, _reader
+from ansible.module_utils.weights.gguf_figures import GGUFError, _field, _reader
 
 
 def special_token_flags(path: str) -> dict:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible.module_utils.inventory_names import check_names
-from ansible.module_utils.inventory_served import is_int, is_number, model_problems, weights_problems
+from ansible.module_utils.inventory.names import check_names
+from ansible.module_utils.inventory.served import is_int, is_number, model_problems, weights_problems
 
 MAX_WORKERS = 7
 # Ethernet rails: 1280 (the IPv6 minimum) to 9216 (the largest jumbo frame
@@ -396,6 +396,6 @@ def validate(groups: dict, nodes: dict, names: dict | None = None, settings: set
     errors = Validator(groups, nodes).run()
     if names is not None:
         if prefixes is None:
-            raise ValueError("validate: names given without the stages' prefixes (module_utils/stages.py)")
+            raise ValueError("validate: names given without the stages' prefixes (module_utils/stages/catalogue.py)")
         errors += check_names(names, settings or set(), prefixes)
     return errors

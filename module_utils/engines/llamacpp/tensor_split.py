@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpu_facts import gpu_settings_problems
+from ansible.module_utils.gpu.facts import gpu_settings_problems
 
 MIB = 1 << 20
 

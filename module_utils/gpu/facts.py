@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.gpu_health import HANDLE_WORDS, health_of, quote_output
+from ansible.module_utils.gpu.health import HANDLE_WORDS, health_of, quote_output
 
 # the table's header: "NVIDIA-SMI 565.57.01  Driver Version: 565.57.01  CUDA
 # Version: 12.7"; drivers from 610 on say "KMD Version:" and "CUDA UMD Version:"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.memory_plan import KV_TYPES
+from ansible.module_utils.inventory.memory_plan import KV_TYPES
 
 MODEL_INTS = ("layers", "kv_heads", "head_dim", "context", "parallel")
 MODEL_NUMBERS = ("params_b", "bits_per_param")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.tensor_split import cuda_devices, parse_buffers
+from ansible.module_utils.engines.llamacpp.tensor_split import cuda_devices, parse_buffers
 
 _OFFLOADED = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
 _CUDA_INIT_FAILED = re.compile(r"ggml_cuda_init: failed to initialize CUDA: (?P<why>[^\n]+)")

@@ -1,0 +1,1 @@
+../../../src/twinrail/guard/transport.py

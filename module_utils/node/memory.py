@@ -1,0 +1,1 @@
+../../src/twinrail/guard/memory.py

@@ -1,1 +1,0 @@
-../src/twinrail/guard/transport.py
