@@ -10,7 +10,8 @@ from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
 import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
-from ansible.module_utils.inventory import profiles
+# the profiles' reader, under the names the tests use
+from ansible.module_utils.inventory.profiles import DEFAULT, PROFILES, load, names, setting  # noqa: F401  pylint: disable=unused-import
 
 DOCUMENTATION = r"""
 name: twinrail_profile
@@ -37,10 +38,6 @@ _raw:
   type: list
 """
 
-# the profiles' reader (module_utils/inventory/profiles.py), under the names the tests use
-_profiles = profiles
-PROFILES, DEFAULT, names, load, setting = (_profiles.PROFILES, _profiles.DEFAULT, _profiles.names, _profiles.load,
-                                           _profiles.setting)
 
 
 class LookupModule(LookupBase):
