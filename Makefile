@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale test-builds lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check day2-samples clean
+        molecule test-scale test-builds lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check vllm-locks day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -46,6 +46,12 @@ lab-up: prereqs venv bundle
 # The vLLM engine's wheels (its lock's) and the chat model as safetensors
 bundle-vllm: venv
 	$(BIN)/python tools/bundle.py vllm
+
+# The vLLM engine's CUDA locks made again from the package index
+# (roles/runtime_build/files/vllm/cuda-*.lock: uv resolves, each wheel named
+# with its sha256, no two distributions installing the same file)
+vllm-locks: venv
+	$(BIN)/python tools/vllm_lock.py
 
 # The lab with the vLLM engine (its own inventory, outside make test's
 # budget): the same containers and stages, site.yml, then its verifier

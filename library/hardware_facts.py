@@ -11,7 +11,8 @@ short_description: Read the RDMA devices and ConnectX PCI functions of a host
 description:
   - Lists /sys/class/infiniband and the PCI functions of vendor 0x15b3
     (NVIDIA networking; present before an RDMA driver is loaded), sorted.
-    Reads only; changes nothing.
+  - Reads the CPU's flags, the Python it runs under and the C library's
+    version, which the vLLM engine's wheels must fit. Reads only; changes nothing.
 version_added: "0.1.0"
 author: twinrail developers
 options:
@@ -32,7 +33,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hardware:
-  description: rdma_devices and connectx_functions, each a sorted list.
+  description: >-
+    rdma_devices and connectx_functions, each a sorted list; cpu_flags; python (the node's python3, X.Y.Z) and glibc
+    (X.Y, null where the C library is not glibc), which a vLLM lock's wheels must fit; nccl_settings.
   returned: always
   type: dict
 """

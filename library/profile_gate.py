@@ -77,10 +77,12 @@ msg:
   type: str
 """
 
+import os
+
 from ansible.module_utils.inventory.hardware_profile import host_facts
 from ansible.module_utils.inventory.hardware_profile import judge as judge_profile
 from ansible.module_utils.modules.judge import run_module
-from ansible.module_utils.engines.vllm.env import LockError, lock_pins, lock_platform
+from ansible.module_utils.engines.vllm.env import LockError, lock_needs, lock_pins, lock_platform
 
 
 ARGUMENT_SPEC = {
@@ -97,14 +99,16 @@ ARGUMENT_SPEC = {
 
 def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     hosts = host_facts(p["architecture"], p["hardware"], p["gpu"])
-    device = None
+    device, lock = None, None
     if p["vllm_lock"]:
         try:
             with open(p["vllm_lock"], encoding="utf-8") as handle:
-                device = lock_platform(lock_pins(handle.read(), p["vllm_lock"]))["device"]
+                pins = lock_pins(handle.read(), p["vllm_lock"])
+            device = lock_platform(pins)["device"]
+            lock = {"needs": lock_needs(pins, p["vllm_lock"]), "name": f"the vLLM lock {os.path.basename(p['vllm_lock'])}"}
         except (OSError, LockError) as exc:
             return {"failed": True, "msg": f"preflight: the vLLM engine's lock: {exc}. Nothing was changed"}
-    failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"], device)
+    failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"], device, lock)
     if failures:
         return {"failed": True, "failures": failures,
                 "msg": f"preflight: the hosts are not what twinrail_profile {p['profile']} says: "

