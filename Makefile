@@ -15,7 +15,7 @@ INVENTORY ?= inventory/lab
 timed = start=$$(date +%s); $(1); echo "== $(2): $$(( $$(date +%s) - start )) s"
 
 .PHONY: help prereqs venv bundle lab lab-up lab-down lab-status site test lint unit \
-        molecule test-scale test-builds lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check vllm-locks day2-samples clean
+        molecule test-scale test-builds lab-vllm bundle-vllm bench-converge bench-split bench-noop bench-weights bench-service bench-acceptance bench-monitoring bench-aarch64 gpu-proof cuda-check vllm-locks vllm-gpu-check day2-samples clean
 
 help:
 	@sed -n '2,4p' Makefile
@@ -52,6 +52,13 @@ bundle-vllm: venv
 # with its sha256, no two distributions installing the same file)
 vllm-locks: venv
 	$(BIN)/python tools/vllm_lock.py
+
+# The CUDA locks checked without a GPU: their wheels bundled and hash-checked,
+# the device code of vLLM's and torch's libraries against each CUDA profile's
+# GPUs, the x86-64 lock installed and imported (NCCL's version, torch's
+# archs); records in tests/vllm-gpu-check/ (make test fails when stale)
+vllm-gpu-check: venv
+	$(BIN)/python tools/vllm_gpu_check.py
 
 # The lab with the vLLM engine (its own inventory, outside make test's
 # budget): the same containers and stages, site.yml, then its verifier

