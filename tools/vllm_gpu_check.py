@@ -139,8 +139,7 @@ def check(name: str, do_install: bool) -> dict:
             codes[member] = device_code(tool, wheel, member)
             result["code"][member] = [cuda_code.name(c) for c in codes[member]]
             log(f"{name}: {member}: {', '.join(result['code'][member])}")
-    this = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(platform.machine())
-    if do_install and this == needs["arch"] and ".".join(platform.python_version_tuple()[:2]) == needs["python"]:
+    if do_install and platform.machine() == needs["arch"] and ".".join(platform.python_version_tuple()[:2]) == needs["python"]:
         result["installed"] = install(lock, wheels)
         log(f"{name}: installed in {result['installed']['install_seconds']} s: torch {result['installed']['torch']} "
             f"CUDA {result['installed']['cuda']} NCCL {result['installed']['nccl']}, vllm {result['installed']['vllm']}")
