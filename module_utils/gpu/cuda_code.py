@@ -42,8 +42,9 @@ def listed(cuobjdump_out: str) -> list[dict]:
     return [{"kind": k, "cc": cc, "suffix": s} for k, cc, s in sorted(codes, key=lambda c: (c[0], int(c[1]), c[2]))]
 
 
-def torch_listed(arch_list: list[str]) -> list[dict]:
-    """torch.cuda.get_arch_list(): sm_XY are cubins, compute_XY PTX."""
+def from_names(arch_list: list[str]) -> list[dict]:
+    """Code by name, as torch.cuda.get_arch_list() and the lock's code list
+    (<lock>.code.json) write it: sm_XY[a|f] are cubins, compute_XY PTX."""
     out = []
     for item in arch_list:
         m = _CODE.fullmatch(item.strip())
@@ -87,3 +88,10 @@ def said(gpu_cc: str, what: str, found: dict, codes: list[dict]) -> str:
     if found["runs"] == "ptx":
         return f"sm_{gpu_cc}: {what} has no cubin for it; the driver compiles its {found['by']} PTX at the first start"
     return (f"sm_{gpu_cc}: {what} has no code that runs on it (it has {', '.join(name(c) for c in codes) or 'none'})")
+
+
+def compute_capability(value) -> str | None:
+    """nvidia-smi's compute_cap ("9.0", "12.1", read as a number or text)
+    as this module's "90", "121"; None for no reading."""
+    m = re.fullmatch(r"(\d{1,2})\.(\d)", str(value).strip()) if value is not None else None
+    return f"{m[1]}{m[2]}" if m else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.gpu.cuda_code import compute_capability
 from ansible.module_utils.gpu.health import HANDLE_WORDS, health_of, quote_output
 
 # the table's header: "NVIDIA-SMI 565.57.01  Driver Version: 565.57.01  CUDA
@@ -186,6 +187,22 @@ def parse_query(text: str, fields: list[str] | None = None) -> list[dict]:
                              else "unread")
         out.append(row)
     return out
+
+
+CAPS_QUERY = ("index", "compute_cap")
+
+
+def compute_caps(text: str) -> dict:
+    """``nvidia-smi --query-gpu=index,compute_cap --format=csv`` (with its
+    header; any query holding both fields reads the same): {GPU index:
+    "90"}, None for a GPU that did not say. nvidia-smi's failure, such as
+    'Field "compute_cap" is not a valid field to query.' from a driver
+    older than 510, is a ParseError quoting it, never an empty answer."""
+    lines = [line for line in text.splitlines() if line.strip() and "nvidia-smi" not in line]
+    header = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in lines[0].split(",")] if lines else []
+    if not set(CAPS_QUERY) <= set(header):
+        raise ParseError(f"no {' and '.join(CAPS_QUERY)} columns: {_quote(text)}")
+    return {int(row["index"]): compute_capability(row["compute_cap"]) for row in parse_query(text)}
 
 
 def gpu_gate(facts: dict, cuda_required: bool) -> list[str]:

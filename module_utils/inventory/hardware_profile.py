@@ -10,8 +10,9 @@ import os
 import platform
 import re
 
-from ansible.module_utils.rails.nccl_log import conf_settings
 from ansible.module_utils.engines.vllm.env import CPU_KERNELS_NEED, cpu_kernels, node_problems, read_cpu_flags
+from ansible.module_utils.gpu import cuda_code
+from ansible.module_utils.rails.nccl_log import conf_settings
 
 MELLANOX_VENDOR = "0x15b3"  # NVIDIA networking (Mellanox) PCI vendor id
 # "mlx5_0 port 1 ==> ens1f0np0 (Up)"; `| column -t` pads the words, and a
@@ -107,7 +108,33 @@ def host_facts(architecture: dict, hardware: dict, gpu: dict) -> dict:
     for host in sorted(architecture):
         seen = gpu.get(host)
         out[host] = {"architecture": architecture[host], "gpus": len(seen["gpus"]) if seen else None,
+                     "gpu_list": [{k: g.get(k) for k in ("index", "name", "compute_cap")} for g in seen["gpus"]]
+                     if seen else [],
                      **(hardware.get(host) or {"rdma_devices": [], "connectx_functions": []})}
+    return out
+
+
+def gpu_code_problems(host: str, gpus: list[dict], lock: dict) -> list[str]:
+    """Each GPU of a node against the device code of the lock's libraries
+    (lock["code"]: {library: [sm_XY, compute_XY, ...]}, as make
+    vllm-gpu-check listed it): a GPU that runs none of a library's code, or
+    whose compute capability nvidia-smi did not say, is named."""
+    out = []
+    for gpu in gpus:
+        label = f"GPU {gpu.get('index')} ({gpu.get('name')})"
+        cc = gpu.get("compute_cap")
+        if not cc:
+            out.append(f"{host}: {label}: nvidia-smi did not say its compute capability (--query-gpu=compute_cap, "
+                       f"drivers from 510 on), so whether {lock['name']}'s CUDA code runs on it cannot be judged")
+            continue
+        for library, names in sorted(lock["code"].items()):
+            codes = cuda_code.from_names(names)
+            found = cuda_code.coverage(codes, cc)
+            if not found["runs"]:
+                out.append(f"{host}: {label}, compute capability {cc[:-1]}.{cc[-1]}: "
+                           f"{cuda_code.said(cc, library, found, codes)}; {lock['name']} cannot serve on it: "
+                           "pin a lock built for this GPU (make vllm-locks, make vllm-gpu-check) or run llama.cpp "
+                           "(inference_service_engine: llamacpp)")
     return out
 
 
@@ -119,7 +146,8 @@ def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engin
     build's switches; engine_device "cpu" when the vLLM engine's lock is a
     CPU build (its x86-64 kernels need the CPU's AVX2); lock, when the
     engine installs a lock of wheels, {"needs": env.lock_needs(...), "name"}:
-    each node must fit its wheels' architecture, Python and glibc."""
+    each node must fit its wheels' architecture, Python and glibc, and,
+    with lock["code"] (a CUDA lock's device code), each GPU must run it."""
     failures = []
     for host in sorted(hosts):
         facts = hosts[host]
@@ -138,6 +166,8 @@ def judge(profile: str, expect: dict, hosts: dict, cuda: bool, rdma: bool, engin
                             f"(vendor {MELLANOX_VENDOR}) while {why}")
         if lock:
             failures.extend(node_problems(host, lock["needs"], facts, lock["name"]))
+            if lock.get("code") is not None:
+                failures.extend(gpu_code_problems(host, facts.get("gpu_list") or [], lock))
         if engine_device == "cuda" and facts.get("gpus"):
             for path, settings in sorted((facts.get("nccl_settings") or {}).items()):
                 failures.append(f"{host}: {path} sets {', '.join(settings)}: NCCL takes these under the vLLM "

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import FIXTURES, REPO
 
-from ansible.module_utils.gpu.cuda_code import coverage, listed, name, said, torch_listed
+from ansible.module_utils.gpu.cuda_code import coverage, listed, name, said, from_names
 
 CUOBJDUMP = FIXTURES / "cuobjdump"
 
@@ -61,8 +61,8 @@ def test_the_verdict_names_the_gpu_and_what_the_library_holds():
 def test_torch_s_arch_list_reads_sm_as_cubins_and_compute_as_ptx():
     # torch.cuda.get_arch_list() as torch 2.14.0+cu130 printed it, without a GPU, in make vllm-gpu-check
     arch_list = json.loads((REPO / "tests" / "vllm-gpu-check" / "cuda-x86_64.json").read_text())["installed"]["arch_list"]
-    found = torch_listed(arch_list)
+    found = from_names(arch_list)
     assert [name(c) for c in found] == arch_list == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     assert coverage(found, "121") == {"runs": "cubin", "by": "sm_120"}
     assert coverage(found, "89") == {"runs": "cubin", "by": "sm_86"}  # the list names no sm_89: 8.6 code runs on 8.9
-    assert [name(c) for c in torch_listed(["compute_120"])] == ["compute_120"]
+    assert [name(c) for c in from_names(["compute_120"])] == ["compute_120"]

@@ -29,7 +29,7 @@ def record(name: str) -> dict:
 
 
 def codes_of(names: list[str]) -> list[dict]:
-    return cuda_code.torch_listed(names)  # sm_XY[a|f] and compute_XY, as the record writes them
+    return cuda_code.from_names(names)  # sm_XY[a|f] and compute_XY, as the record writes them
 
 
 @pytest.mark.parametrize("name", CUDA_LOCKS)
@@ -40,6 +40,17 @@ def test_the_record_is_of_the_lock_as_it_is(name):
         f"{name}.lock changed since its last make vllm-gpu-check: run it again and commit "
         f"tests/vllm-gpu-check/{name}.json")
     assert seen["wheels"] == len(lock_pins(text))
+
+
+@pytest.mark.parametrize("name", CUDA_LOCKS)
+def test_the_code_list_preflight_reads_is_the_records(name):
+    """roles/runtime_build/files/vllm/<lock>.code.json, what preflight judges
+    each node's GPUs against, is what the check found in this lock."""
+    path = LOCKS / f"{name}.code.json"
+    assert path.is_file(), f"no {path.name}: run make vllm-gpu-check --lock {name}"
+    listed, seen = json.loads(path.read_text()), record(name)
+    assert listed["lock_sha256"] == seen["lock_sha256"], f"{path.name} is of another {name}.lock: run make vllm-gpu-check"
+    assert listed["code"] == {m: seen["code"][m] for m in MUST}
 
 
 @pytest.mark.parametrize("name", CUDA_LOCKS)
