@@ -28,8 +28,33 @@ description:
   - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime/build.py)."
   - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime/build.py)."
   - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime/build.py)."
+  - "C(twinrail_dpkg_installed): The names of the installed packages in dpkg-query's --showformat='${db:Status-Status} ${Package}\\n' output (preflight's read, kept out of the facts every later task carries)."
+  - "C(twinrail_without_keys): The data with every key named in ``keys`` removed at any depth, in dicts and lists (ansible.utils.remove_keys with its exact match, whose argument validation cost the no-op's deployment record 0.6 s a run)."
   - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same (module_utils/runtime/build.py)."
 """
+
+
+def dpkg_installed(text: str) -> list[str]:
+    """The packages dpkg says are installed, from ``dpkg-query --show
+    --showformat='${db:Status-Status} ${Package}\\n'``: one "<status>
+    <name>" line each; only the status `installed` counts."""
+    names = []
+    for line in text.splitlines():
+        status, _, name = line.strip().partition(" ")
+        if status == "installed" and name:
+            names.append(name)
+    return names
+
+
+def without_keys(data, keys: list[str]):
+    """`data` with every key in `keys` removed at any depth (dicts inside
+    dicts and lists); the rest as it was."""
+    drop = set(keys)
+    if isinstance(data, dict):
+        return {k: without_keys(v, keys) for k, v in data.items() if k not in drop}
+    if isinstance(data, list):
+        return [without_keys(v, keys) for v in data]
+    return data
 
 
 def setting_names(stage: str) -> list[str]:
@@ -128,4 +153,6 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_runtime_link_allowlist": runtime_link_allowlist,
             "twinrail_runtime_runpaths": runtime_runpaths,
             "twinrail_runtime_shipped": runtime_shipped,
+            "twinrail_without_keys": without_keys,
+            "twinrail_dpkg_installed": dpkg_installed,
         }

@@ -483,3 +483,33 @@ def test_twinrail_measure_of_the_wrong_form_is_refused_with_the_expected_form(va
     ([], None, False), ([], ["tar"], False)])  # nothing this node needs
 def test_apt_runs_only_where_a_package_is_missing(wanted, installed, missing):
     assert filters.packages_missing(wanted, installed) is missing
+
+
+def test_without_keys_removes_what_ansible_utils_remove_keys_removes():
+    """The bandwidth stage's report as the lab wrote it, with the RDMA rails'
+    perftest results read from real captures (their headers' `raw` at depth
+    three): twinrail_without_keys gives what the collection's remove_keys
+    gives, and leaves its input as it was."""
+    from ansible_collections.ansible.utils.plugins.plugin_utils.remove_keys import remove_keys
+    from ansible.module_utils.rails.perftest import parse_perftest
+    report = json.loads((FIXTURES / "monitoring" / "bandwidth_lab.json").read_text())
+    report["rdma"] = [{"rail": path.stem, "result": parse_perftest(path.read_text())}
+                      for path in sorted((FIXTURES / "perftest").glob("ib_*_bw_*.txt"))[:3]]
+    assert json.dumps(report).count('"raw"') == 3
+    before = copy.deepcopy(report)
+    ours = filters.without_keys(report, ["samples", "raw"])
+    assert ours == remove_keys(copy.deepcopy(report), ["samples", "raw"])
+    assert '"raw"' not in json.dumps(ours) and ours["rails"] == report["rails"]
+    assert report == before
+
+
+@pytest.mark.parametrize("capture, count, has", [
+    ("dpkg_query_status_package_debian12_dev_machine.txt", 751, "adduser"),
+    ("dpkg_query_status_package_lab_master_bookworm.txt", 218, "openssh-server"),
+])
+def test_the_installed_packages_are_read_from_dpkg_query(capture, count, has):
+    lines = (FIXTURES / "dpkg" / capture).read_text().splitlines()[1:]  # the first line names the command
+    names = filters.dpkg_installed("\n".join(lines))
+    assert len(names) == count and has in names and all(" " not in n and n for n in names)
+    # a line of another state is no installed package
+    assert filters.dpkg_installed("\n".join(line.replace("installed ", "config-files ", 1) for line in lines)) == []
