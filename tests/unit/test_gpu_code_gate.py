@@ -18,6 +18,7 @@ from ansible.module_utils.gpu.facts import ParseError, compute_caps, parse_query
 from ansible.module_utils.inventory.hardware_profile import host_facts
 
 TELEMETRY = FIXTURES / "gpu-telemetry"
+CAPS = FIXTURES / "gpu-caps"
 LOCKS = REPO / "roles" / "runtime_build" / "files" / "vllm"
 _spec = importlib.util.spec_from_file_location("profile_gate_module", REPO / "library" / "profile_gate.py")
 profile_gate = importlib.util.module_from_spec(_spec)
@@ -26,8 +27,8 @@ _spec.loader.exec_module(profile_gate)
 H100 = "nvidia_smi_query_gpu_csv_allfields_1x_h100_80gb_hbm3_load_drv590.48.01.txt"
 L40S = "nvidia_smi_query_gpu_csv_allfields_1x_l40s_load_drv595.80.txt"
 RTX2080S = "nvidia_smi_query_gpu_csv_allfields_1x_rtx2080super_windows_load_drv591.86.txt"
-VOLTA_ADA = "nvidia_smi_query_gpu_csv_compute_cap_titan_v_rtx5880_ada_drv570.86.15_triton_pr8070.txt"
-NO_FIELD = "nvidia_smi_query_gpu_compute_cap_not_a_valid_field_inside_snap_inference_snaps_issue128.txt"
+VOLTA_ADA = CAPS / "nvidia_smi_query_gpu_csv_compute_cap_titan_v_rtx5880_ada_drv570.86.15_triton_pr8070.txt"
+NO_FIELD = CAPS / "nvidia_smi_query_gpu_compute_cap_not_a_valid_field_inside_snap_inference_snaps_issue128.txt"
 EXPECT = {"architecture": "x86_64", "gpu": True, "rdma": False}
 
 
