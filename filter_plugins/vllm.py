@@ -23,7 +23,7 @@ description:
   - "C(twinrail_vllm_serve_args): One node's arguments to vLLM's serve, one shell-quoted string (rank 0 serves the API, the others run headless)."
   - "C(twinrail_vllm_group_problems): What is wrong with the group the nodes' journals show (host -> ranks from vllm_rank_facts): each rank once, rank 0 on the master, met at the rendezvous, weights loaded."
   - "C(twinrail_vllm_group_summary): One line naming each host's ranks and their pipeline and tensor ranks."
-  - "C(twinrail_vllm_serve_env): One node's environment for vLLM (rail0 for gloo and NCCL, the CPU engine's KV cache and binding)."
+  - "C(twinrail_vllm_serve_env): One node's environment for vLLM (rail0 for gloo and NCCL, every rail's RDMA device with the RoCE GID of the node's tables (``links``, rdma_link_facts' rails), the CPU engine's KV cache and binding); a RoCE rail without a RoCE v2 GID of its address is an error naming host and rail."
 """
 
 
@@ -56,7 +56,7 @@ def serve_env(settings):
     """One node's environment for vLLM (rail0 for the group, the CPU engine's cache)."""
     try:
         return vllm_engine.serve_env(**settings)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"twinrail_vllm_serve_env: {exc}") from exc
 
 

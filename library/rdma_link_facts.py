@@ -66,7 +66,7 @@ reachability:
   type: dict
 rails:
   description: >-
-    Per rail name, its state (up, problem, rate_gbps, netdev with driver and PCIe link, port with firmware,
+    Per rail name, its state (address, up, problem, rate_gbps, netdev with driver and PCIe link, port with firmware,
     gid_index).
   returned: always
   type: dict

@@ -311,7 +311,7 @@ def pcie_downgrade(current: str | None, capable: str | None) -> str | None:
 def rail_state(root: str, rail: dict) -> dict:
     """What the rdma stage gates on, for one rail of this node."""
     net = read_netdev(root, rail["interface"])
-    state = {"name": rail["name"], "interface": rail["interface"],
+    state = {"name": rail["name"], "interface": rail["interface"], "address": rail.get("address"),
              "rdma_device": rail.get("rdma_device") or "", "present": net is not None,
              "netdev": net, "port": None, "gid_index": None}
     if net is None:

@@ -81,10 +81,39 @@ def serve_args(*, model: str, name: str, dtype: str, max_model_len: int, max_num
     return args
 
 
+def nccl_gid_env(host: str, links: dict) -> dict:
+    """NCCL's RoCE GID for the rails' RDMA devices, from the node's own GID
+    tables (links: rdma_link_facts' rails, each rail's rdma_device, address,
+    its port's link_layer and gid_index, the RoCE v2 GID holding the rail's
+    IPv4 address). One index for every RoCE rail: NCCL_IB_GID_INDEX; rails
+    whose indexes differ (NCCL takes one index for all its devices): NCCL's
+    own choice per device, held to RoCE v2 and IPv4 (NCCL 2.21 and later);
+    InfiniBand ports need none. A RoCE rail whose table holds no RoCE v2
+    GID of its address is refused (ValueError naming host, rail, device):
+    NCCL would take another GID, RoCE v1 or the link-local one, and the
+    peers would not reach each other."""
+    roce = [link for _, link in sorted(links.items())
+            if link.get("rdma_device") and (link.get("port") or {}).get("link_layer") == "Ethernet"]
+    missing = [link for link in roce if link.get("gid_index") is None]
+    if missing:
+        raise ValueError("; ".join(
+            f"{host}: {link['name']} ({link['rdma_device']}): no RoCE v2 GID holds its address "
+            f"{str(link.get('address') or '').split('/')[0] or '(none)'} (the port's GID table, "
+            f"/sys/class/infiniband/{link['rdma_device']}/ports/{(link.get('port') or {}).get('port', 1)}/gids): give "
+            f"{link.get('interface')} the rail's address, or run the rdma stage on this node" for link in missing))
+    indexes = sorted({int(link["gid_index"]) for link in roce})
+    if len(indexes) == 1:
+        return {"NCCL_IB_GID_INDEX": str(indexes[0])}
+    if indexes:
+        return {"NCCL_IB_ROCE_VERSION_NUM": "2", "NCCL_IB_ADDR_FAMILY": "AF_INET"}
+    return {}
+
+
 def serve_env(*, interface: str, address: str, gpu: bool, rdma_devices: list, kvcache_gib: int,
-              threads_bind: str) -> dict:
+              threads_bind: str, host: str = "", links: dict | None = None) -> dict:
     """One node's environment: the group's traffic on rail0 (gloo, and
-    NCCL on GPUs, over RDMA where the rails have devices), the CPU
+    NCCL on GPUs, over RDMA where the rails have devices, on every rail's
+    device with the RoCE GID the node's tables give: nccl_gid_env), the CPU
     engine's KV cache and thread binding."""
     env = {"GLOO_SOCKET_IFNAME": interface, "VLLM_HOST_IP": address}
     if gpu:
@@ -94,6 +123,7 @@ def serve_env(*, interface: str, address: str, gpu: bool, rdma_devices: list, kv
             # "=": these devices exactly; without it NCCL matches prefixes and
             # mlx5_1 takes mlx5_10 too (tests/fixtures/nccl, NCCL 2.29.3)
             env["NCCL_IB_HCA"] = "=" + ",".join(devices)
+            env.update(nccl_gid_env(host, links or {}))
         else:
             env["NCCL_IB_DISABLE"] = "1"
     else:
