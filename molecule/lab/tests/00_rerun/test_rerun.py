@@ -41,7 +41,7 @@ WORK = {
     "inference_service : Install the units": NODES,
     "inference_service : Configure the proxy": ["lab-master"],
     "monitoring : Install the dashboard": ["lab-master"],
-    "monitoring : Write node_exporter's settings": NODES,
+    "monitoring : Write node_exporter's settings and drop-in, the stage's metrics and its timers' units": NODES,
 }
 # the units a no-op must leave running as they were (their main PIDs)
 UNITS = {"lab-master": ("twinrail-llama.service", "twinrail-guard.service", "nginx.service", "prometheus.service",
