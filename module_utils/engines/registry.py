@@ -41,6 +41,7 @@ KEYS = {
     "runtime": dict,          # {dir, work, gate}: its release under the runtime root, the runtime stage's task files
     "wheel_lock": bool,       # its runtime is a lock of wheels every node must fit: CPU, Python, glibc (preflight: vLLM's)
     "cpu_kvcache": (str, type(None)),      # the setting of a cache each node holds besides the weights without GPUs
+    "gpu_kvcache": (str, type(None)),      # the setting of a fixed cache each GPU node holds (0: the engine sizes it)
     "drill_rail": int,        # acceptance's rail drill: the index of the rail it cuts
     "usage_timings": bool,    # acceptance: rates from OpenAI usage and the client's clock (no engine timings)
     "dashboard": dict,        # {running, waiting}: {query, label}: the dashboard's lines of the engine's own series

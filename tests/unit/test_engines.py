@@ -34,8 +34,9 @@ def test_the_engines_are_the_folders_with_their_tables_and_each_is_whole():
         assert (runtime_tasks / f"{table['runtime']['gate']}.yml").is_file()
         defaults = yaml.safe_load((REPO / engines.ROLE / "defaults" / "main.yml").read_text())
         assert table["start_timeout"] in defaults
-        if table["cpu_kvcache"]:
-            assert table["cpu_kvcache"] in defaults
+        for cache in ("cpu_kvcache", "gpu_kvcache"):
+            if table[cache]:
+                assert table[cache] in defaults, cache
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -216,3 +216,29 @@ def test_an_engine_with_its_own_cache_a_node_is_planned_with_it():
     assert any(line.startswith("KV cache: the engine's own, 1.00 GiB a node x 2 node(s)") for line in fixed["lines"])
     tight = plan(smol, {"a": 2 * GIB, "b": 2 * GIB}, 85, 92, 1.2, kv_per_node_bytes=2 * GIB)
     assert tight["failures"] and "DOES NOT FIT" in "\n".join(tight["lines"])
+
+
+def test_two_sparks_with_vllm_are_planned_with_the_fixed_kv_cache_the_profile_gives():
+    """dgx-spark with the vLLM engine: the GB10's memory is the system's
+    (its real nvidia-smi table reads unified), so the plan holds each node
+    to its memory's watermark, counting the KV cache the profile fixes
+    (inference_service_vllm_gpu_kvcache_gib, passed to vLLM as
+    --kv-cache-memory-bytes) instead of what the sequences need."""
+    from ansible.module_utils.gpu.facts import parse_table  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.inventory import profiles  # pylint: disable=import-outside-toplevel
+    gb10 = parse_table((REPO / "tests" / "fixtures" / "hardware"
+                        / "nvidia-smi_gb10_table_prompt_firefox_procs_obrienlabs_blog.txt").read_text())
+    assert [g["memory"] for g in gb10["gpus"]] == ["unified"]
+    total, used = spark_free()
+    fixed_gib = profiles.setting("dgx-spark", "inference_service_vllm_gpu_kvcache_gib")
+    params = {"model": dict(EXAMPLE_MODEL, params_b=400), "memory_mb": {"spark-a": total >> 20, "spark-b": total >> 20},
+              "soft_watermark_pct": 85, "hard_watermark_pct": 92, "overhead": 1.05,
+              "os_used_mb": {"spark-a": used >> 20, "spark-b": used >> 20}, "margin_pct": 5,
+              "gpus": {"spark-a": gb10, "spark-b": gb10}, "cuda": True, "gpu_utilization": 0.9,
+              "kv_cache_gib_per_node": fixed_gib}
+    fixed = twinrail_memory_plan.judge(dict(params), print)
+    sequences = twinrail_memory_plan.judge(dict(params, kv_cache_gib_per_node=0), print)
+    assert not fixed.get("failed") and "gpus" not in fixed["plan"]["nodes"]["spark-a"]  # its system memory
+    assert any(line.startswith(f"KV cache: the engine's own, {fixed_gib:.2f} GiB a node x 2 node(s)")
+               for line in fixed["lines"]), fixed["lines"]
+    assert fixed["plan"]["kv_bytes"] == 2 * fixed_gib * GIB != sequences["plan"]["kv_bytes"]

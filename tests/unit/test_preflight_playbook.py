@@ -9,6 +9,7 @@ outside this machine.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -199,3 +200,28 @@ def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_pat
     # a second `secrets` changes nothing without --force
     assert main.main(["secrets", "-i", str(inv)]) == 2
     assert (inv / "group_vars" / "cluster" / "vault.yml").read_text() == vault
+
+
+def test_the_kv_cache_the_plan_counts_is_the_engines_fixed_one_by_profile_and_device(tmp_path):
+    """roles/preflight/vars/main.yml's __preflight_kvcache_gib as the memory
+    plan gets it, evaluated by Ansible for each profile, engine and device:
+    the dgx-spark profile's fixed vLLM cache on its GPUs, none on discrete
+    GPUs (vLLM sizes it), the CPU engine's cache without GPUs, none for
+    llama.cpp; an inventory's own value wins over the profile's."""
+    play = tmp_path / "kv.yml"
+    play.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"ansible.builtin.include_vars": {"file": str(REPO / "roles" / "preflight" / "vars" / "main.yml")}},
+                  {"ansible.builtin.debug": {"msg": "kv={{ __preflight_kvcache_gib }}"}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    cases = [("dgx-spark", "vllm", True, {}, 8), ("gpu-server", "vllm", True, {}, 0),
+             ("lab", "vllm", False, {}, 4), ("lab", "llamacpp", False, {}, 0), ("dgx-spark", "llamacpp", True, {}, 0),
+             ("dgx-spark", "vllm", True, {"inference_service_vllm_gpu_kvcache_gib": 12}, 12)]
+    for profile, engine, gpu, extra, want in cases:
+        extra_vars = {"twinrail_profile": profile, "inference_service_engine": engine, "preflight_gpu_required": gpu,
+                      **extra}
+        out = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
+                              "-e", json.dumps(extra_vars)], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        assert f'"msg": "kv={want}"' in out.stdout, (profile, engine, gpu, extra, out.stdout[-1500:])

@@ -130,3 +130,17 @@ def test_eager_mode_with_pipeline_parallel_on_cpus_is_refused():
     assert parallel_problems(tensor=2, pipeline=1, gpus=cpu, heads=4, kv_heads=1, layers=18, eager=True) == []
     assert parallel_problems(tensor=1, pipeline=2, gpus={"a": 1, "b": 1}, heads=9, kv_heads=3, layers=30,
                              eager=True) == []
+
+
+def test_a_fixed_gpu_kv_cache_is_passed_instead_of_vllms_own_sizing():
+    """vLLM 0.33's --kv-cache-memory-bytes (CacheConfig.kv_cache_memory_bytes
+    "ignores gpu_memory_utilization"): given where the site fixes the cache,
+    on GPUs only; the dgx-spark profile fixes it (unified memory)."""
+    fixed = serve_args(**settings(0, gpu=True, kv_cache_bytes=8 << 30))
+    assert fixed[fixed.index("--kv-cache-memory-bytes") + 1] == "8589934592"
+    assert "--gpu-memory-utilization" in fixed
+    assert "--kv-cache-memory-bytes" not in serve_args(**settings(0, gpu=True))
+    assert "--kv-cache-memory-bytes" not in serve_args(**settings(0, gpu=False, kv_cache_bytes=8 << 30))
+    from ansible.module_utils.inventory import profiles  # noqa: PLC0415
+    assert profiles.setting("dgx-spark", "inference_service_vllm_gpu_kvcache_gib") == 8
+    assert profiles.setting("gpu-server", "inference_service_vllm_gpu_kvcache_gib") == 0  # discrete: vLLM sizes it

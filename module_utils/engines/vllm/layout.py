@@ -61,7 +61,8 @@ def parallel_problems(*, tensor: int, pipeline: int, gpus: dict, heads: int | No
 
 def serve_args(*, model: str, name: str, dtype: str, max_model_len: int, max_num_seqs: int, tensor: int,
                pipeline: int, nodes: int, rank: int, master_addr: str, master_port: int, listen_host: str,
-               listen_port: int, gpu: bool, gpu_memory_utilization: float, enforce_eager: bool) -> list[str]:
+               listen_port: int, gpu: bool, gpu_memory_utilization: float, enforce_eager: bool,
+               kv_cache_bytes: int = 0) -> list[str]:
     """One node's arguments to vLLM's serve: rank 0 serves the API on the
     loopback, every other node runs headless."""
     args = [model, "--served-model-name", name, "--dtype", dtype, "--max-model-len", str(max_model_len),
@@ -72,6 +73,10 @@ def serve_args(*, model: str, name: str, dtype: str, max_model_len: int, max_num
                  "--master-port", str(master_port)]
     if gpu:
         args += ["--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
+        if kv_cache_bytes:
+            # a fixed cache instead of vLLM's sizing by profiling (which does
+            # not hold to the utilization on unified memory)
+            args += ["--kv-cache-memory-bytes", str(int(kv_cache_bytes))]
     if enforce_eager:
         args.append("--enforce-eager")
     if rank == 0:
