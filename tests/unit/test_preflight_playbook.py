@@ -165,14 +165,40 @@ def test_a_typo_in_a_variable_name_is_refused_with_the_closest_name(tmp_path):
     assert "Gathering Facts" not in out
 
 
-@pytest.mark.parametrize("example", ["example", "example-8gpu", "example-consumer"])
-def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch, example):
+def commented_vllm_block(example: str) -> dict:
+    """The settings an example inventory gives, commented out, for serving
+    with vLLM instead (from `# inference_service_engine: vllm` to the end of
+    the comment, its parenthesised notes left out): what its reader would
+    uncomment."""
+    lines = (REPO / "inventory" / example / "group_vars" / "cluster" / "main.yml").read_text().splitlines()
+    block, note = [], False
+    for line in lines[lines.index("# inference_service_engine: vllm"):]:
+        if not line.startswith("#"):
+            break
+        text = line[2:]
+        note = note or text.startswith("(")
+        if not note:
+            block.append(text)
+        note = note and not text.rstrip().endswith(")")
+    return yaml.safe_load("\n".join(block))
+
+
+# the vLLM engine on the Sparks (one GPU a node: pipeline over the two), and
+# on the 8-GPU servers as that example's comment sets it (tensor inside a
+# server, pipeline across them, a model whose heads divide by 8)
+VLLM_SPARKS = {"inference_service_engine": "vllm"}
+VLLM_8GPU = commented_vllm_block("example-8gpu")
+
+
+@pytest.mark.parametrize("example, engine", [("example", {}), ("example-8gpu", {}), ("example-consumer", {}),
+                                             ("example", VLLM_SPARKS), ("example-8gpu", VLLM_8GPU)])
+def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch, example, engine):
     """As an operator starts: copy inventory/example (or the 8-GPU servers'
     or the consumer pair's), make its vault with `twinrail secrets`
     (ansible-vault's library, a password file made 0600), run site.yml
     with --vault-password-file: every secret the example names is defined
-    and the controller's checks pass. Without the password the run stops
-    saying so."""
+    and the controller's checks pass, with llama.cpp and with vLLM. Without
+    the password the run stops saying so."""
     from twinrail.ctl import main  # pylint: disable=import-outside-toplevel
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -190,7 +216,8 @@ def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_pat
     key = (tmp_path / "config" / "twinrail" / "spark-site" / "api-key").read_text().strip()
     assert len(key) >= 24 and key not in vault
     # the controller's plays only (tagged always): nothing reaches a host
-    proc = run_site(inv, "--tags", "always", "--vault-password-file", str(password))
+    proc = run_site(inv, "--tags", "always", "--vault-password-file", str(password),
+                    *(["-e", json.dumps(engine)] if engine else []))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "Preflight | every stage's settings, on the controller" in out and "failed=0" in out
