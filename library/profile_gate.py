@@ -103,9 +103,10 @@ ARGUMENT_SPEC = {
 }
 
 
-def lock_code(lock_path: str) -> dict:
+def lock_code(lock_path: str, lock_text: str) -> dict:
     """The device code of a CUDA lock's libraries, listed by make
-    vllm-gpu-check beside the lock (<name>.code.json) for the lock as it is."""
+    vllm-gpu-check beside the lock (<name>.code.json) for the lock as it is
+    (its text, as read)."""
     path = lock_path[:-len(".lock")] + ".code.json" if lock_path.endswith(".lock") else lock_path + ".code.json"
     name = os.path.basename(lock_path)
     try:
@@ -114,8 +115,7 @@ def lock_code(lock_path: str) -> dict:
     except FileNotFoundError:
         raise LockError(f"{name} is a CUDA lock without the list of its device code ({os.path.basename(path)}): "
                         "run make vllm-gpu-check --lock and commit it") from None
-    with open(lock_path, "rb") as handle:
-        digest = hashlib.sha256(handle.read()).hexdigest()
+    digest = hashlib.sha256(lock_text.encode()).hexdigest()
     if listed.get("lock_sha256") != digest or not isinstance(listed.get("code"), dict):
         raise LockError(f"{os.path.basename(path)} lists the code of another {name} (sha256 "
                         f"{str(listed.get('lock_sha256'))[:12]}, the lock is {digest[:12]}): run make vllm-gpu-check "
@@ -129,11 +129,12 @@ def judge(p: dict, warn) -> dict:  # pylint: disable=unused-argument
     if p["vllm_lock"]:
         try:
             with open(p["vllm_lock"], encoding="utf-8") as handle:
-                pins = lock_pins(handle.read(), p["vllm_lock"])
+                text = handle.read()
+            pins = lock_pins(text, p["vllm_lock"])
             device = lock_platform(pins)["device"]
             lock = {"needs": lock_needs(pins, p["vllm_lock"]), "name": f"the vLLM lock {os.path.basename(p['vllm_lock'])}"}
             if device == "cuda":
-                lock["code"] = lock_code(p["vllm_lock"])
+                lock["code"] = lock_code(p["vllm_lock"], text)
         except (OSError, LockError, ValueError) as exc:
             return {"failed": True, "msg": f"preflight: the vLLM engine's lock: {exc}. Nothing was changed"}
     failures = judge_profile(p["profile"], p["expect"], hosts, p["cuda"], p["rdma"], device, lock)

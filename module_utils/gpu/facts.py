@@ -158,6 +158,11 @@ def _value(text: str):
     return text
 
 
+def _fields(header: str) -> list[str]:
+    """The field names of a --format=csv header, their units ("[MiB]") dropped."""
+    return [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in header.split(",")]
+
+
 def parse_query(text: str, fields: list[str] | None = None) -> list[dict]:
     """nvidia-smi --query-gpu=... --format=csv: one dict per GPU, keyed by
     field name (units dropped, unavailable values None). With noheader,
@@ -173,7 +178,7 @@ def parse_query(text: str, fields: list[str] | None = None) -> list[dict]:
         raise ParseError(f"no rows: not nvidia-smi's query output: {_quote(text)}")
     if fields is None:
         header, rows = rows[0], rows[1:]
-        fields = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in header.split(",")]
+        fields = _fields(header)
     out = []
     for row in rows:
         cells = [cell for cell in row.split(",")]
@@ -199,8 +204,7 @@ def compute_caps(text: str) -> dict:
     'Field "compute_cap" is not a valid field to query.' from a driver
     older than 510, is a ParseError quoting it, never an empty answer."""
     lines = [line for line in text.splitlines() if line.strip() and "nvidia-smi" not in line]
-    header = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in lines[0].split(",")] if lines else []
-    if not set(CAPS_QUERY) <= set(header):
+    if not set(CAPS_QUERY) <= set(_fields(lines[0]) if lines else []):
         raise ParseError(f"no {' and '.join(CAPS_QUERY)} columns: {_quote(text)}")
     return {int(row["index"]): compute_capability(row["compute_cap"]) for row in parse_query(text)}
 
