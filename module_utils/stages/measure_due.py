@@ -225,3 +225,52 @@ def acceptance_due(last: dict | None, records: dict, settings: dict, mode: str, 
         msg = (f"acceptance: verdict of {run_date(run)} still valid (PASS; same runtime, guard, weights, "
                f"configuration and settings on {', '.join(sorted(deployed))}): nothing measured")
     return {"measure": measure, "reasons": reasons, "last_run": run, "deployed": deployed, "msg": msg}
+
+
+# --------------------------------------------------------------------------
+# the group's collectives (NCCL on GPU nodes, gloo on CPU nodes)
+
+def collective_due(kept: dict | None, fingerprint: dict, starting: list[str], mode: str, asked: bool) -> dict:
+    """Whether the engine's collectives are measured before the group
+    (re)starts, and why (or why not).
+
+    kept: the last report (reports/<site>/collectives.json) or None;
+    fingerprint: what this run's group is (each node's engine environment,
+    the runtime release, the bandwidth report the requirement comes from,
+    the settings); starting: the nodes whose engine is not running now or
+    is restarted by this run (its configuration changed): the group loads
+    its model after the measurement, so a group that starts is measured.
+    """
+    reasons = asked_reasons("collectives", "inference_service_measure", mode, asked)
+    run = (kept or {}).get("run")
+    if starting:
+        reasons.append(f"the group starts on {', '.join(sorted(starting))} (its engine is not running or its "
+                       "configuration changed)")
+    if not kept:
+        reasons.append("no collectives report kept on the controller")
+    elif "fingerprint" not in kept:
+        reasons.append(f"the report of {run_date(run)} does not say what it was measured on")
+    else:
+        if not kept.get("passed"):
+            reasons.append(f"the report of {run_date(run)} failed its gate")
+        old = kept["fingerprint"]
+        for key in sorted(set(old) | set(fingerprint)):
+            if key == "hosts":
+                for host in sorted(set(old.get(key) or {}) | set(fingerprint.get(key) or {})):
+                    before, now = (old.get(key) or {}).get(host), (fingerprint.get(key) or {}).get(host)
+                    if before is None or now is None:
+                        reasons.append(f"{host} {'is not in' if before is None else 'left'} the last report")
+                    else:
+                        reasons.extend(_diff(f"{host}: ", before, now))
+            elif key == "settings":
+                reasons.extend(_diff("setting ", old.get(key) or {}, fingerprint.get(key) or {}))
+            elif old.get(key) != fingerprint.get(key):
+                reasons.append(f"{key} {old.get(key)!r} -> {fingerprint.get(key)!r}")
+    measure = bool(reasons)
+    if measure:
+        msg = "collectives: measuring: " + "; ".join(reasons)
+    else:
+        msg = (f"collectives: the report of {run_date(run)} still holds (PASS; the group serves with the same "
+               f"environment, runtime, rails and settings on {', '.join(sorted(fingerprint.get('hosts') or {}))}): "
+               "nothing measured")
+    return {"measure": measure, "reasons": reasons, "last_run": run, "msg": msg}

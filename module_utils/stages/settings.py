@@ -149,6 +149,12 @@ RULES = {
          lambda restore, degrade: (re.fullmatch("[0-9]+", str(restore)) is not None
                                    and (_number(degrade, int) == 0 or _number(restore, int) > 0)),
          "whole seconds above 0 when a rail may be left out"),
+        (("inference_service_collectives_sizes_mib",),
+         lambda v: isinstance(v, list) and len(v) > 0 and all(at_least(1)(x) for x in v), "a list of sizes of 1 MiB or more"),
+        (("inference_service_collectives_iterations",), at_least(1), "at least 1"),
+        (("inference_service_collectives_min_share",), lambda v: above(0)(v) and _number(v) <= 1,
+         "a share above 0, up to 1"),
+        (("inference_service_measure",), lambda v: v in ("auto", "always"), "auto or always"),
     ],
     "acceptance": [
         (("acceptance_prompts",), _prompts, "a list of {name, kind: chat|completion, prompt, expect: [words], max_tokens}"),

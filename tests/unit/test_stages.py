@@ -21,7 +21,7 @@ def test_every_role_is_a_stage_and_every_stage_a_role_in_site_order():
     assert by_role(REPO)["kernel_tuning"]["name"] == "kernel" and "monitoring_" in prefixes(REPO)
     # the settings rules are keyed by the stages' names, and the stages that measure are those asking twinrail_measure
     assert set(RULES) <= {s["name"] for s in stages}
-    assert measured(REPO) == ("backup", "bandwidth", "runtime", "weights", "acceptance")
+    assert measured(REPO) == ("backup", "bandwidth", "runtime", "weights", "service", "acceptance")
 
 
 def test_a_new_stage_is_found_from_its_play_and_role(tmp_path):
