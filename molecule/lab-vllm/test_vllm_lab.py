@@ -152,6 +152,45 @@ def test_a_second_run_changes_nothing_and_shakes_hands_again():
     changed = {host: int(n) for host, n in RECAP.findall(run.stdout)}
     assert changed and all(n == 0 for n in changed.values()), changed
     assert run.stdout.count("2 ranks joined") == 2, "the handshake's verdict, once a node"
+    # the serving group as measured: its collectives are not measured again
+    assert "collectives: the report of" in run.stdout and "nothing measured" in run.stdout, run.stdout[-3000:]
+
+
+def collectives_report() -> dict:
+    # the lab-vllm inventory names its site "lab" (twinrail_site)
+    return json.loads((PROJECT / "reports" / "lab" / "collectives.json").read_text())
+
+
+def test_the_groups_collectives_were_measured_on_rail0_and_a_share_it_cannot_reach_stops_the_run():
+    """The converge measured the group's gloo collectives over rail0 before
+    the model loaded; asked again with a share of rail0's figure the group
+    cannot reach, the run stops naming the node, the figure and what was
+    required, the serving group untouched; the next plain run measures
+    again because that report failed, and passes."""
+    report = collectives_report()
+    assert report["passed"] and report["backend"] == "gloo" and report["rails"] == ["rail0"], report
+    assert sorted(report["hosts"]) == ["lab-master", "lab-worker1"]
+    for host, seen in report["hosts"].items():
+        assert [(r["op"], r["size"] >> 20) for r in seen["rows"]] == [
+            ("all_reduce", 1), ("all_reduce", 32), ("all_gather", 1), ("all_gather", 32)], host
+        assert all(r["correct"] and r["busbw"] > 0 for r in seen["rows"]), host
+        assert all(seen["peaks"][op]["busbw"] >= report["required"]["gbytes"] for op in ("all_reduce", "all_gather"))
+    assert "rail0" in report["required"]["basis"] and "measured by the bandwidth stage" in report["required"]["basis"]
+    record("collectives", {host: seen["peaks"] for host, seen in report["hosts"].items()} | {
+        "required_gbytes": report["required"]["gbytes"], "basis": report["required"]["basis"]})
+    pid = node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip()
+    run = site("--tags", "service", "-e", "twinrail_measure=service", "-e", "inference_service_collectives_min_share=1")
+    assert run.returncode != 0
+    assert re.search(r"service: collectives: lab-(master|worker1): all_(reduce|gather) reached [\d.]+ GB/s bus bandwidth "
+                     r"at most \(\d+ MiB\), required [\d.]+ GB/s \(1 x \(rail0 [\d.]+\) Gb/s", run.stdout), run.stdout[-3000:]
+    assert "nothing was loaded" in run.stdout
+    assert not collectives_report()["passed"]
+    # the serving group was not touched
+    assert node(MASTER, "systemctl", "show", "-p", "MainPID", "--value", "twinrail-vllm.service").stdout.strip() == pid
+    assert [m.id for m in client().models.list().data] == [MODEL]
+    again = site("--tags", "service")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "failed its gate" in again.stdout and collectives_report()["passed"]
 
 
 def test_the_worker_killed_gives_503_then_the_service_comes_back():
