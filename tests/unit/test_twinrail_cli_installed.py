@@ -103,3 +103,42 @@ def test_a_vault_encrypted_inventory_needs_its_password_and_opens_with_the_file(
     # the CLI takes the same option after the subcommand; the bad figure is refused before any node is read
     assert main.main(["bench", "--streams", "0", "--vault-password-file", str(password), "-i", str(inv)]) == 2
     assert "bench: expected --streams >= 1" in capsys.readouterr().err
+
+
+def test_bench_collectives_runs_the_service_stage_measured_then_shows_its_report(tmp_path, monkeypatch, capsys):
+    """`twinrail bench --collectives`: the service stage alone with its
+    measurement forced (the vault's password passed on), then the report
+    it wrote (the lab's real one); a run that wrote none is an error, a
+    failed report exits 1."""
+    lab = json.loads((REPO / "tests" / "fixtures" / "lab" / "collectives_lab.json").read_text())
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    seen = []
+
+    def playbook(argv, **kwargs):
+        seen.append((argv, kwargs["cwd"]))
+        if written is not None:
+            (reports / "collectives.json").write_text(json.dumps(written))
+        return subprocess.CompletedProcess(argv, 2 if written and not written["passed"] else 0)
+
+    monkeypatch.setattr(main.subprocess, "run", playbook)
+    monkeypatch.setattr(main, "load", lambda args: inventory.Cluster(nodes=[], settings={}))
+    password = tmp_path / "vault-pass"
+    password.write_text("x\n")
+    argv = ["bench", "--collectives", "-i", str(site(tmp_path)), "--reports", str(reports),
+            "--vault-password-file", str(password)]
+    written = lab
+    assert main.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "gloo over rail0, run 20261207T191416Z: PASS" in out
+    assert "lab-master     all_gather          32     67504.6      0.497      0.249" in out
+    [(command, cwd)] = seen
+    assert command[1:] == [str(REPO / "site.yml"), "-i", argv[3], "--tags", "service", "-e", "twinrail_measure=service",
+                           "--vault-password-file", str(password)]
+    assert command[0].endswith("ansible-playbook") and cwd == REPO
+    written = dict(lab, passed=False, problems=["collectives: lab-master: all_gather reached 0.249 GB/s"])
+    assert main.main(argv) == 1
+    assert "FAILED: collectives: lab-master: all_gather reached 0.249 GB/s" in capsys.readouterr().out
+    written = None  # a run that passed without measuring (an engine with no collectives): the report is the one before
+    assert main.main(argv) == 1
+    assert "wrote no report" in capsys.readouterr().err

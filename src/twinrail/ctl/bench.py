@@ -70,3 +70,35 @@ def render(result: dict) -> str:
                      f"{row['aggregate_tps']}")
     lines += [f"FAILED: {f}" for f in result["failures"]]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# the group's collectives again (the service stage's gate, on day 2)
+
+def collectives_argv(playbook: str, repo, inventory: str, vault: list[str]) -> list[str]:
+    """The run that measures the group's collectives again on a serving
+    cluster: the service stage alone with its measurement forced; it
+    converges nothing that did not drift, and loads no model again."""
+    return [playbook, str(repo / "site.yml"), "-i", inventory, "--tags", "service", "-e", "twinrail_measure=service",
+            *vault]
+
+
+def render_collectives(report: dict) -> str:
+    """The kept collectives report (reports/<site>/collectives.json) as a
+    table: each node's bus bandwidth by operation and size, what was
+    required and why, what NCCL said it used, the verdict."""
+    need = report.get("required") or {}
+    required = f"{need['gbytes']:g} GB/s" if need.get("gbytes") is not None else "not judged"
+    lines = [f"twinrail bench --collectives: {report.get('backend')} over {', '.join(report.get('rails') or [])}, "
+             f"run {report.get('run')}: {'PASS' if report.get('passed') else 'FAIL'}",
+             f"  required: {required} ({need.get('basis')})",
+             f"  {'node':<14} {'operation':<11} {'size (MiB)':>10} {'time (us)':>11} {'algbw GB/s':>10} {'busbw GB/s':>10}"]
+    for host, seen in sorted((report.get("hosts") or {}).items()):
+        for row in seen.get("rows") or []:
+            lines.append(f"  {host:<14} {row['op']:<11} {row['size'] >> 20:>10} {row['time_us']:>11} "
+                         f"{row['algbw']:>10} {row['busbw']:>10}{'' if row['correct'] else '  WRONG VALUES'}")
+        for name, used in sorted((seen.get("used") or {}).items()):
+            devices = ", ".join(used.get("ib_devices") or used.get("socket_interfaces") or []) or "none said"
+            lines.append(f"  {host:<14} NCCL {used.get('version')} on {name}: {used.get('network')} ({devices})")
+    lines += [f"  FAILED: {p}" for p in report.get("problems") or []]
+    return "\n".join(lines)

@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -43,10 +44,16 @@ def site_files(args) -> Path:
 def load(args):
     """The inventory the command names, its vault opened as asked (or with
     the site's password file, when `twinrail secrets` made one)."""
+    return load_inventory(args.inventory, vault_args(vault_password(args), args.ask_vault_pass))
+
+
+def vault_password(args) -> str | None:
+    """The vault's password file: the one named, else the site's when
+    `twinrail secrets` made one (none when asked to prompt)."""
     password = args.vault_password_file
     if not password and not args.ask_vault_pass and (site_files(args) / "vault-pass").exists():
         password = str(site_files(args) / "vault-pass")
-    return load_inventory(args.inventory, vault_args(password, args.ask_vault_pass))
+    return password
 
 
 def reports_dir(args, cluster) -> Path:
@@ -125,6 +132,8 @@ def cmd_logs(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.collectives:
+        return bench_collectives(args)
     if args.streams < 1 or args.duration <= 0 or args.tokens < 1:
         raise InventoryError(f"bench: expected --streams >= 1, --duration > 0 s and --tokens >= 1, got "
                              f"{args.streams}, {args.duration:g} and {args.tokens}")
@@ -133,6 +142,24 @@ def cmd_bench(args) -> int:
     result = bench_mod.run(url, api_key(args), args.model, args.streams, args.duration, args.tokens, verify=not args.insecure)
     print(json.dumps(result, indent=2) if args.json else bench_mod.render(result))
     return 1 if result["failures"] else 0
+
+
+def bench_collectives(args) -> int:
+    """The service stage's collectives gate again on the serving group
+    (ansible-playbook, whose output shows), then its report."""
+    cluster = load(args)
+    report = reports_dir(args, cluster) / "collectives.json"
+    before = report.stat().st_mtime if report.exists() else None
+    argv = bench_mod.collectives_argv(str(Path(sys.executable).parent / "ansible-playbook"), status_mod.REPO,
+                                      args.inventory, vault_args(vault_password(args), args.ask_vault_pass))
+    rc = subprocess.run(argv, cwd=status_mod.REPO, check=False).returncode
+    if not report.exists() or report.stat().st_mtime == before:
+        print(f"twinrail bench --collectives: the run (exit {rc}) wrote no report {report}: the engine measures "
+              "no collectives, or the run stopped before the service stage's gate", file=sys.stderr)
+        return rc or 1
+    result = json.loads(report.read_text())
+    print(json.dumps(result, indent=2) if args.json else bench_mod.render_collectives(result))
+    return 0 if rc == 0 and result.get("passed") else 1
 
 
 def api_key(args) -> str:
@@ -290,6 +317,10 @@ def main(argv=None) -> int:
     bench.add_argument("--tokens", type=int, default=32, help="tokens per request (default 32)")
     bench.add_argument("--insecure", action="store_true", help="do not check the proxy's certificate (self-signed)")
     bench.add_argument("--json", action="store_true", help="the figures as JSON, every request included")
+    bench.add_argument("--collectives", action="store_true",
+                       help="instead: the service stage's collectives gate again on the serving group (NCCL on GPUs, "
+                            "gloo on CPUs), its figures against the rails'")
+    bench.add_argument("--reports", help="with --collectives: the site's reports (default reports/<site>/)")
     bench.set_defaults(func=cmd_bench)
     drill = command("drill", help="a fault drill of the acceptance table on the cluster, measured (--yes)")
     drill.add_argument("kind", choices=drill_mod.KINDS)
