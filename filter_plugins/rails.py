@@ -8,7 +8,7 @@ stages compute nothing in Jinja loops; unit-tested
 from __future__ import annotations
 
 import twinrail.loader  # noqa: F401  pylint: disable=unused-import  (first: module_utils/ joins ansible.module_utils)
-from ansible.module_utils.rails import rdma_link
+from ansible.module_utils.rails import collective, rdma_link
 
 DOCUMENTATION = r"""
 name: rails
@@ -23,8 +23,15 @@ description:
   - "C(twinrail_rails_routed_directly): The loop items (rails) of ``routes`` (results of `ip -j route get PEER from OWN` looped over rails, the rail under ``loop_var``) whose route leaves by that rail's own interface in ``rails`` (the asking node's): never the management network or a default route."
   - "C(twinrail_rail_problems): What the rdma stage refuses before configuring anything, one sentence per rail: an interface this host lacks, one whose NIC cannot carry the MTU, an RDMA device that does not exist."
   - "C(twinrail_rails_not_answering): The rails whose RPC server the worker's agent does not report as up (the agent not answering, or its entry for that address missing or not ok)."
+  - "C(twinrail_collectives_problems): What is wrong with the group's collectives, from every node's collective_gate result ({host: result}): each node's problems, then NCCL versions that differ between nodes (module_utils/rails/collective.py)."
   - "C(twinrail_transport_problems): Each rail of each worker whose RPC server's connections do not use the transport the rail should carry (rpc_transport_facts, looped over the workers), as '<worker> <rail> (<address>): <why>'."
 """
+
+
+def collectives_problems(outcomes: dict) -> list[str]:
+    """What is wrong with the group's collectives, every node's
+    collective_gate result read together (module_utils/rails/collective.py)."""
+    return collective.group_problems(outcomes)
 
 
 def _bare(address: str) -> str:
@@ -255,4 +262,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_rail_problems": rail_problems,
             "twinrail_rails_not_answering": rails_not_answering,
             "twinrail_transport_problems": transport_problems,
+            "twinrail_collectives_problems": collectives_problems,
         }

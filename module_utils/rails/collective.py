@@ -202,6 +202,26 @@ def verdict(stdout: str, rc: int, stderr: str, *, host: str, backend: str, world
             "joined_s": result["joined_s"], "nccl": result.get("nccl"), "torch": result.get("torch"), "used": used}
 
 
+def group_problems(outcomes: dict) -> list[str]:
+    """What is wrong across the group, from every node's outcome ({host:
+    collective_gate's result}): each node's own problems, then NCCL
+    versions that differ between nodes (torch's NCCL, or NCCL's own
+    banner), which NCCL does not always refuse and which can hang or
+    corrupt the first collective."""
+    out = [p for host in sorted(outcomes) for p in (outcomes[host] or {}).get("problems") or []]
+    versions = {}
+    for host, outcome in sorted(outcomes.items()):
+        said = {(u or {}).get("version") for u in ((outcome or {}).get("used") or {}).values()} - {None}
+        said |= {outcome["nccl"]} if (outcome or {}).get("nccl") else set()
+        if said:
+            versions[host] = ", ".join(sorted(said))
+    if len(set(versions.values())) > 1:
+        out.append("collectives: NCCL versions differ across the group: "
+                   + "; ".join(f"{host} {v}" for host, v in versions.items())
+                   + " (every node must load the lock's NCCL)")
+    return out
+
+
 def summary(host: str, backend: str, outcome: dict, need: dict) -> str:
     """One line of what the sweep reached, for the run's output."""
     best = outcome.get("peaks") or {}

@@ -179,3 +179,18 @@ def test_what_makes_it_measure_is_said():
     assert collective_due(kept(), FP, [], "always", False)["measure"]
     assert collective_due(kept(), FP, [], "always", False)["reasons"] == [
         "asked for (inference_service_measure=always)"]
+
+
+def test_the_group_s_problems_and_nccl_versions_that_differ():
+    out = own("gloo_torch2.13.0_2rank_loopback_rank0.stdout")
+    ok = collective.verdict(out, 0, "", host="a", backend="gloo", world=2, devices=[], interface="lo",
+                            need={"gbytes": None})
+    assert collective.group_problems({"a": ok, "b": ok}) == []
+    # what NCCL's own banner said on each node (its INFO lines), two versions
+    _, used_new = collective.transport_problems((NCCL / SPARK_LOG).read_text(), host="a",
+                                                devices=["rocep1s0f1", "roceP2p1s0f1"], interface="enp1s0f1np1")
+    _, used_old = collective.transport_problems(next(NCCL.glob("nccl_2.11.4_*")).read_text(), host="b",
+                                                devices=["mlx5_0"], interface="enp225s0f1")
+    said = collective.group_problems({"a": dict(ok, used=used_new), "b": dict(ok, used=used_old, problems=["x"])})
+    assert said == ["x", "collectives: NCCL versions differ across the group: a 2.28.9+cuda13.0; b 2.11.4+cuda11.4 "
+                         "(every node must load the lock's NCCL)"]
