@@ -23,6 +23,8 @@ DEGRADED_SPARK = ("nccl_2.28.9_nccl_tests_2.18.3_all_gather_perf_dgx_spark_pair_
                   "idx61925772940.txt")
 ONE_VF_ALL_REDUCE = ("nccl_2.21.5_debug_info_net_ib_one_hca_mlx5_2_roce_sriov_vf_ibext_v8_2pod_all_reduce_perf_p40_"
                      "koordinator_report_idx7606244888.txt")
+WRONG_VALUES = ("nccl_unknown_nccl_tests_all_reduce_perf_wrong_values_oob_108_failed_inc_rdma_mtu256_2node_rtx3090_"
+                "idx20801464614.txt")
 SPARK_LOG = ("nccl_2.28.9_debug_info_net_ib_two_hcas_rocep1s0f1_roceP2p1s0f1_dgx_spark_pair_all_gather_healthy_"
              "idx61925772940.txt")
 SPARK_RAILS = [{"name": "rail0", "rdma_device": "rocep1s0f1"}, {"name": "rail1", "rdma_device": "roceP2p1s0f1"}]
@@ -35,7 +37,7 @@ def nccl_tests_rows(name: str, op: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name,op", [(HEALTHY_SPARK, "all_gather"), (DEGRADED_SPARK, "all_gather"),
-                                     (ONE_VF_ALL_REDUCE, "all_reduce")])
+                                     (ONE_VF_ALL_REDUCE, "all_reduce"), (WRONG_VALUES, "all_reduce")])
 def test_the_figures_are_nccl_tests_own_from_its_sizes_and_times(name, op):
     table = parse_tests((NCCL / name).read_text())["rows"]
     ours = collective.figures(nccl_tests_rows(name, op), world=2)

@@ -66,6 +66,10 @@ VERDICTS = {
     "nccl_2.22.3_torch_watchdog_timeout_allreduce_seqnum3_straggler_3node_24rank_socket_gke_a3_hypercomputer_"
     "lab15.txt": (["mlx5_0"], "eth0", None, ["NCCL failed: Watchdog caught collective operation timeout: "
                                              "WorkNCCL(SeqNum=3, OpType=ALLREDUCE"]),
+    # every row's #wrong non-zero (an in-network reduction at RDMA MTU 256), 108 out of bounds
+    "nccl_unknown_nccl_tests_all_reduce_perf_wrong_values_oob_108_failed_inc_rdma_mtu256_2node_rtx3090_"
+    "idx20801464614.txt": (["mlx5_0"], "eth0", None, ["NCCL printed no INFO line",
+                                                       "nccl-tests: wrong values (out of bounds: 108)"]),
     "nccl_unknown_torch_watchdog_timeout_seqnum1_first_allreduce_multinode_polaris_aws_ofi_libfabric_alcf_nccl_tests_"
     "readme.txt": (["mlx5_0"], "hsn0", None, ["NCCL failed: Watchdog caught collective operation timeout: "
                                               "WorkNCCL(SeqNum=1"]),
