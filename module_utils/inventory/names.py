@@ -22,6 +22,8 @@ TWINRAIL_VARIABLES = (
     "twinrail_memory_soft_watermark_pct", "twinrail_memory_hard_watermark_pct", "twinrail_model",
     "twinrail_weights", "twinrail_weights_root", "twinrail_runtime_root", "twinrail_lab", "twinrail_profile",
     "twinrail_site",
+    # a run's switch (-e twinrail_measure=always | <stages>): the stages' measurements whatever their state
+    "twinrail_measure",
     # a node's GPUs (the 8-GPU servers' and consumer pairs' profiles)
     "twinrail_gpu_count", "twinrail_gpu_mig", "twinrail_gpu_pcie_min_width", "twinrail_gpu_memory_utilization",
     # the lab's own (tools/lab.py, inventory/lab)

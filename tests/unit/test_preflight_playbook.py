@@ -190,8 +190,10 @@ VLLM_SPARKS = {"inference_service_engine": "vllm"}
 VLLM_8GPU = commented_vllm_block("example-8gpu")
 
 
+# with vLLM on the Sparks, the run's measure switch as docs/cli.md gives it (-e twinrail_measure=...)
 @pytest.mark.parametrize("example, engine", [("example", {}), ("example-8gpu", {}), ("example-consumer", {}),
-                                             ("example", VLLM_SPARKS), ("example-8gpu", VLLM_8GPU)])
+                                             ("example", dict(VLLM_SPARKS, twinrail_measure="bandwidth,service")),
+                                             ("example-8gpu", VLLM_8GPU)])
 def test_a_copy_of_the_example_with_its_vault_passes_the_controller_side(tmp_path, monkeypatch, example, engine):
     """As an operator starts: copy inventory/example (or the 8-GPU servers'
     or the consumer pair's), make its vault with `twinrail secrets`
