@@ -28,10 +28,22 @@ description:
   - "C(twinrail_runtime_cmake): The runtime build's CMake definitions (module_utils/runtime/build.py)."
   - "C(twinrail_runtime_link_allowlist): The libraries the runtime's link gate accepts (module_utils/runtime/build.py)."
   - "C(twinrail_runtime_runpaths): The RUNPATH entries the runtime's link gate accepts (module_utils/runtime/build.py)."
+  - "C(twinrail_file_entries): twinrail_files' entries for files named ``names`` in ``directory``, each with its rendered content (the same order: a template lookup of the names) and ``mode`` (0644)."
   - "C(twinrail_dpkg_installed): The names of the installed packages in dpkg-query's --showformat='${db:Status-Status} ${Package}\\n' output (preflight's read, kept out of the facts every later task carries)."
   - "C(twinrail_without_keys): The data with every key named in ``keys`` removed at any depth, in dicts and lists (ansible.utils.remove_keys with its exact match, whose argument validation cost the no-op's deployment record 0.6 s a run)."
   - "C(twinrail_runtime_shipped): Of the binaries' NEEDED libraries, those the release ships in lib/, and what they need of the same (module_utils/runtime/build.py)."
 """
+
+
+def file_entries(names: list, directory: str, contents: list, mode: str = "0644") -> list[dict]:
+    """twinrail_files' entries for files named ``names`` in ``directory``,
+    each with its rendered content (the same order: a template lookup of
+    the names), mode ``mode``, owned by root."""
+    names, contents = list(names), list(contents)
+    if len(names) != len(contents):
+        raise AnsibleFilterError(f"twinrail_file_entries: {len(names)} names and {len(contents)} contents")
+    return [{"dest": os.path.join(directory, name), "content": content, "mode": mode}
+            for name, content in zip(names, contents)]
 
 
 def dpkg_installed(text: str) -> list[str]:
@@ -155,4 +167,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
             "twinrail_runtime_shipped": runtime_shipped,
             "twinrail_without_keys": without_keys,
             "twinrail_dpkg_installed": dpkg_installed,
+            "twinrail_file_entries": file_entries,
         }

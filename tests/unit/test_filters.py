@@ -513,3 +513,13 @@ def test_the_installed_packages_are_read_from_dpkg_query(capture, count, has):
     assert len(names) == count and has in names and all(" " not in n and n for n in names)
     # a line of another state is no installed package
     assert filters.dpkg_installed("\n".join(line.replace("installed ", "config-files ", 1) for line in lines)) == []
+
+
+def test_file_entries_pair_each_name_with_its_rendered_content():
+    entries = filters.file_entries(["twinrail-rpc@.service", "twinrail-agent.service"], "/etc/systemd/system",
+                                   ["[Unit]\nA\n", "[Unit]\nB\n"])
+    assert entries == [{"dest": "/etc/systemd/system/twinrail-rpc@.service", "content": "[Unit]\nA\n", "mode": "0644"},
+                       {"dest": "/etc/systemd/system/twinrail-agent.service", "content": "[Unit]\nB\n", "mode": "0644"}]
+    assert filters.file_entries([], "/usr/local/lib/twinrail", [], "0755") == []
+    with pytest.raises(filters.AnsibleFilterError, match="2 names and 1 contents"):
+        filters.file_entries(["a", "b"], "/x", ["only one"])

@@ -38,7 +38,7 @@ WORK = {
     "runtime_build : Point current at the build": NODES,
     "runtime_build : Load the canary on each GPU and answer one completion": NODES,
     "weights_sync : Verify every copy against the manifest": NODES,
-    "inference_service : Install the units": NODES,
+    "inference_service : Install the configuration, the units and the scripts the units wait with": NODES,
     "inference_service : Configure the proxy": ["lab-master"],
     "monitoring : Install the dashboard": ["lab-master"],
     "monitoring : Write node_exporter's settings and drop-in, the stage's metrics and its timers' units": NODES,
