@@ -31,8 +31,8 @@ QUIET_BYTES = 32 * 1024 * 1024
 # one task of each stage's work that only a run of the whole stage reaches:
 # each must report ok (it ran and changed nothing) on the nodes named
 WORK = {
-    "system_backup : Install the cold-archive units": NODES,
-    "kernel_tuning : Render the kernel-wide sysctl drop-in": NODES,
+    "system_backup : Install the cold-archive script and units": NODES,
+    "kernel_tuning : Write the sysctl drop-ins, the memlock limits and default, the sysfs settings and the command line drop-in": NODES,
     "rdma_network : Persist the RDMA kernel modules": NODES,
     "rdma_network : Write the rails' networkd files": NODES,
     "runtime_build : Point current at the build": NODES,
@@ -174,7 +174,7 @@ def test_drift_on_a_worker_is_repaired_by_the_next_plain_run(check_mode_run):
     # package is missing: preflight read every node's packages)
     assert task_results(out, "rdma_network : Install the RDMA stack and the gate tools") == {
         "lab-master": "skipping", "lab-worker1": "changed"}
-    assert task_results(out, "system_backup : Install the cold-archive units") == {
+    assert task_results(out, "system_backup : Install the cold-archive script and units") == {
         "lab-master": "ok", "lab-worker1": "changed"}
     assert task_results(out, "rdma_network : Reconfigure the rails that drifted from their files") == {
         "lab-master": "skipping", "lab-worker1": "changed"}
