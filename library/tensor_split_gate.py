@@ -51,6 +51,12 @@ options:
     description: llama-server's unit.
     type: str
     default: twinrail-llama.service
+  cache_dir:
+    description: >-
+      Where what the loader said at the running unit's start is kept, by its invocation id (a run that did not
+      start the unit reads it there, not from the journal, which grows with every request the server answers).
+    type: path
+    default: /run/twinrail
 attributes:
   check_mode:
     support: full
@@ -88,10 +94,47 @@ degraded:
   type: dict
 """
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engines.llamacpp.tensor_split import (MIB, death_message, gpu_split_problems, load_error_cause, measured_shares,
                                                parse_buffers, split_problems)
-from ansible.module_utils.node.unit_journal import record_failures, since_start, unit_failures
+from ansible.module_utils.node.unit_journal import record_failures, since_start, unit_failures, unit_state
+
+
+def _kept_path(cache_dir: str, unit: str) -> str:
+    return os.path.join(cache_dir, f"{unit}.load.json")
+
+
+def kept_load(cache_dir: str, unit: str, state: dict) -> dict | None:
+    """What the loader's lines said at the running unit's start, as read
+    by an earlier run of this run of the unit (the same invocation id, the
+    unit active): a server that runs on is not read again from a journal
+    that grows with every request. None when there is nothing to trust."""
+    if state.get("ActiveState") != "active" or not state.get("InvocationID"):
+        return None
+    try:
+        with open(_kept_path(cache_dir, unit), encoding="utf-8") as handle:
+            kept = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return kept.get("log") if kept.get("invocation") == state["InvocationID"] else None
+
+
+def keep_load(cache_dir: str, unit: str, state: dict, log: dict) -> None:
+    """Keep what the loader said for this invocation of an active unit (in
+    /run: gone at the next boot, when the unit starts again anyway)."""
+    if state.get("ActiveState") != "active" or not state.get("InvocationID"):
+        return
+    try:
+        os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+        path = _kept_path(cache_dir, unit)
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump({"invocation": state["InvocationID"], "log": log}, handle)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a node that cannot keep it reads the journal next time
 
 
 def main() -> None:
@@ -99,19 +142,26 @@ def main() -> None:
                                           "tolerance": {"type": "float", "default": 0.1},
                                           "started": {"type": "bool", "default": True},
                                           "deaths_only": {"type": "bool", "default": False},
-                                          "unit": {"type": "str", "default": "twinrail-llama.service"}},
+                                          "unit": {"type": "str", "default": "twinrail-llama.service"},
+                                          "cache_dir": {"type": "path", "default": "/run/twinrail"}},
                            supports_check_mode=True)
     plan, unit = module.params["plan"], module.params["unit"]
     master = plan["master"]
     where = f"service: {master}: step 3 (master, cluster mode): the split of the layers"
-    journal = since_start(module, unit)
-    if not journal.invocation:
-        module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {journal.err.strip()[-200:]}")
-    if journal.rc != 0:
-        module.fail_json(msg=f"{where}: cannot read the journal of {unit}: "
-                             f"{(journal.err or journal.text).strip()[-300:]}")
-    log = parse_buffers(journal.text)
-    crashed = record_failures(journal.records) if journal.records else unit_failures(journal.text)
+    state = unit_state(module, unit)
+    log = None if module.params["started"] else kept_load(module.params["cache_dir"], unit, state)
+    crashed = []
+    if log is None:
+        journal = since_start(module, unit, state=state)
+        if not journal.invocation:
+            module.fail_json(msg=f"{where}: {unit} is not running (no invocation id): {journal.err.strip()[-200:]}")
+        if journal.rc != 0:
+            module.fail_json(msg=f"{where}: cannot read the journal of {unit}: "
+                                 f"{(journal.err or journal.text).strip()[-300:]}")
+        log = parse_buffers(journal.text)
+        crashed = record_failures(journal.records) if journal.records else unit_failures(journal.text)
+        if log["buffers"] and not (log["fatal"] or log["error"] or crashed):
+            keep_load(module.params["cache_dir"], unit, state, log)
     systemd = f" (systemd: {crashed[-1]})" if crashed else ""
     if log["fatal"]:
         module.fail_json(msg=f"{where}: {death_message(log['fatal'], master)}{systemd}", fatal=log["fatal"],

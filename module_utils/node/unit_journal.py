@@ -54,15 +54,26 @@ class Journal(NamedTuple):
     records: list
 
 
-def since_start(module, unit: str, fallback_lines: int | None = None) -> Journal:
+def unit_state(module, unit: str) -> dict:
+    """What systemd says of ``unit``'s current run: InvocationID,
+    InactiveExitTimestamp (its start), ActiveState (none of them when it
+    cannot say), with systemctl's ``rc`` and ``err``."""
+    systemctl = module.get_bin_path("systemctl", True)
+    rc, shown, err = module.run_command([systemctl, "show", "-p", "InvocationID", "-p", "InactiveExitTimestamp",
+                                         "-p", "ActiveState", unit], environ_update={"LC_ALL": "C"})
+    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line) if rc == 0 else {}
+    return dict({k: v.strip() for k, v in props.items()}, rc=rc, err=err)
+
+
+def since_start(module, unit: str, fallback_lines: int | None = None, state: dict | None = None) -> Journal:
     """``unit``'s journal since its last start. A unit with no invocation id
     (not started) gives '' and, with ``fallback_lines``, its newest lines
     instead; without, nothing is read. The kernel's records since the unit
-    left the inactive state come with it (its OOM kills)."""
-    systemctl, journalctl = module.get_bin_path("systemctl", True), module.get_bin_path("journalctl", True)
-    rc, shown, err = module.run_command([systemctl, "show", "-p", "InvocationID", "-p", "InactiveExitTimestamp",
-                                         unit], environ_update={"LC_ALL": "C"})
-    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line) if rc == 0 else {}
+    left the inactive state come with it (its OOM kills). ``state``:
+    unit_state's answer when the caller read it already."""
+    journalctl = module.get_bin_path("journalctl", True)
+    props = state if state is not None else unit_state(module, unit)
+    rc, err = props.get("rc", 0), props.get("err", "")
     invocation = props.get("InvocationID", "").strip()
     if invocation:
         # the unit's own lines, or (+) systemd's about this invocation ("Main

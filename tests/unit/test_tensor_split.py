@@ -177,3 +177,45 @@ def test_no_buffer_lines_fail_a_fresh_start_and_warn_on_a_rotated_journal(capsys
     assert not result.get("failed") and "rotated" in result["lines"][0] and result["nodes"] == {}
     result, _ = _gate("", BEOWULF_PLAN, capsys, monkeypatch, invocation="")
     assert result["failed"] is True and "is not running" in result["msg"]
+
+
+def test_a_server_that_runs_on_is_judged_from_what_its_start_said_not_its_grown_journal(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """The lab's own journal: the run that reads it keeps what the loader
+    said for that invocation; a later run of the same invocation (the
+    server answered requests since: its journal grew) judges the same
+    without asking journalctl; a new invocation, a stopped unit or a run
+    that started the unit reads the journal again."""
+    plan = plan_split("lab-master", ["lab-worker1"], LAB_RAILS, 50052, 30, False)
+    plan = dict(plan, devices=dict(plan["devices"]))
+    state = {"invocation": "inv-1", "active": "active"}
+    calls = []
+
+    def run_command(self, argv, **_kw):
+        calls.append(argv[0])
+        if argv[1] == "show":
+            return 0, (f"InvocationID={state['invocation']}\nActiveState={state['active']}\n"
+                       "InactiveExitTimestamp=Sat 2026-12-05 10:00:00 UTC\n"), ""
+        return 0, LAB, ""
+
+    def gate(started=False):
+        calls.clear()
+        with patch_module_args({"plan": plan, "tolerance": 0.1, "started": started, "cache_dir": str(tmp_path)}), \
+                pytest.raises(SystemExit):
+            tensor_split_gate.main()
+        return json.loads(capsys.readouterr().out)
+
+    monkeypatch.setattr(tensor_split_gate.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(tensor_split_gate.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: name)
+    first = gate()
+    assert "failed" not in first and calls == ["systemctl", "journalctl"]
+    assert json.loads((tmp_path / "twinrail-llama.service.load.json").read_text())["invocation"] == "inv-1"
+    again = gate()
+    assert calls == ["systemctl"] and again["nodes"] == first["nodes"] and again["lines"] == first["lines"]
+    assert gate(started=True)["nodes"] == first["nodes"] and calls == ["systemctl", "journalctl"]
+    state["invocation"] = "inv-2"  # restarted since: its own start is read
+    gate()
+    assert calls == ["systemctl", "journalctl"]
+    state["active"] = "failed"  # not running: nothing kept is trusted
+    gate()
+    assert calls == ["systemctl", "journalctl"]
