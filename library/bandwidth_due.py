@@ -82,12 +82,10 @@ msg:
   type: str
 """
 
-import json
-import os
 import time
 
 from ansible.module_utils.stages.measure_due import bandwidth_due, bandwidth_fingerprint
-from ansible.module_utils.modules.judge import run_module
+from ansible.module_utils.modules.judge import read_kept, run_module
 
 
 ARGUMENT_SPEC = {
@@ -103,13 +101,7 @@ ARGUMENT_SPEC = {
 
 
 def judge(p: dict, warn) -> dict:
-    baseline = None
-    if p["baseline"] and os.path.exists(p["baseline"]):
-        try:
-            with open(p["baseline"], encoding="utf-8") as handle:
-                baseline = json.load(handle)
-        except (OSError, ValueError) as exc:
-            warn(f"bandwidth: the kept baseline {p['baseline']} is unreadable ({exc}): measuring")
+    baseline = read_kept(p["baseline"], warn, "bandwidth: the kept baseline")
     fingerprint = bandwidth_fingerprint(p["rails"], p["links"])
     due = bandwidth_due(baseline, fingerprint, p["settings"], p["counters"], time.time(),
                         p["max_age"], p["mode"], p["asked"])

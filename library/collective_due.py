@@ -56,11 +56,14 @@ options:
     description: The sweep's settings (sizes, iterations); any change measures again.
     type: dict
     required: true
-  starting:
-    description: The nodes whose engine is not running or restarts in this run.
-    type: list
-    elements: str
-    default: []
+  running:
+    description: Per node, what C(systemctl is-active) says of its engine's unit (C(active) when it runs).
+    type: dict
+    required: true
+  restart:
+    description: Whether this run restarts the group (a node's configuration changed).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -74,7 +77,7 @@ EXAMPLES = r"""
     backend: nccl
     share: 0.5
     settings: {sizes_mib: [1, 32, 512], iterations: 5}
-    starting: [spark-b]
+    running: {spark-a: active, spark-b: inactive}
   delegate_to: localhost
   run_once: true
 """
@@ -108,12 +111,9 @@ msg:
   type: str
 """
 
-import json
-import os
-
 from ansible.module_utils.rails import collective
-from ansible.module_utils.stages.measure_due import collective_due
-from ansible.module_utils.modules.judge import run_module
+from ansible.module_utils.stages.measure_due import collective_due, starting_nodes
+from ansible.module_utils.modules.judge import read_kept, run_module
 
 
 ARGUMENT_SPEC = {
@@ -125,34 +125,24 @@ ARGUMENT_SPEC = {
     "backend": {"type": "str", "choices": ["nccl", "gloo"], "required": True},
     "share": {"type": "float", "required": True},
     "settings": {"type": "dict", "required": True},
-    "starting": {"type": "list", "elements": "str", "default": []},
+    "running": {"type": "dict", "required": True},
+    "restart": {"type": "bool", "default": False},
     "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
     "asked": {"type": "bool", "default": False},
 }
-
-
-def _read(path: str | None, what: str, warn) -> dict | None:
-    if not path or not os.path.exists(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
-        warn(f"collectives: the kept {what} {path} is unreadable ({exc})")
-        return None
 
 
 def judge(p: dict, warn) -> dict:
     if not 0 < p["share"] <= 1:
         return {"failed": True, "changed": False,
                 "msg": f"inference_service_collectives_min_share: expected a fraction in (0, 1], got {p['share']!r}"}
-    bandwidth = _read(p["bandwidth_report"], "bandwidth report", warn)
+    bandwidth = read_kept(p["bandwidth_report"], warn, "collectives: the kept bandwidth report")
     rails = [r["name"] for r in collective.rails_used(p["backend"], p["rails"])]
     fingerprint = {"hosts": p["hosts"], "runtime": p["runtime"], "backend": p["backend"], "rails": rails,
                    "bandwidth_run": (bandwidth or {}).get("run"),
                    "settings": dict(p["settings"], min_share=p["share"])}
-    due = collective_due(_read(p["report"], "collectives report", warn), fingerprint, p["starting"], p["mode"],
-                         p["asked"])
+    due = collective_due(read_kept(p["report"], warn, "collectives: the kept report"), fingerprint,
+                         starting_nodes(p["running"], p["restart"]), p["mode"], p["asked"])
     return {"changed": False, "fingerprint": fingerprint, "rails": rails,
             "required": collective.required(bandwidth, rails, p["share"]), **due}
 

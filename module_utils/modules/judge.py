@@ -16,6 +16,9 @@ to localhost and starting a Python for it: about half a second a task.
 
 from __future__ import annotations
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -26,3 +29,17 @@ def run_module(argument_spec: dict, judge) -> None:
     if result.pop("failed", False):
         module.fail_json(**result)
     module.exit_json(**result)
+
+
+def read_kept(path: str | None, warn, said: str) -> dict | None:
+    """A report kept on the controller (JSON), or None when there is none;
+    one that cannot be read is None too, with a warning naming it
+    (``said``: what it is, for the warning)."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        warn(f"{said} {path} is unreadable ({exc}): measuring")
+        return None

@@ -230,6 +230,13 @@ def acceptance_due(last: dict | None, records: dict, settings: dict, mode: str, 
 # --------------------------------------------------------------------------
 # the group's collectives (NCCL on GPU nodes, gloo on CPU nodes)
 
+def starting_nodes(running: dict, restart: bool) -> list[str]:
+    """The nodes whose engine starts in this run: every node when the group
+    restarts, else those whose unit is not active (``running``: {node:
+    what `systemctl is-active` said})."""
+    return sorted(running) if restart else sorted(n for n, said in running.items() if said != "active")
+
+
 def collective_due(kept: dict | None, fingerprint: dict, starting: list[str], mode: str, asked: bool) -> dict:
     """Whether the engine's collectives are measured before the group
     (re)starts, and why (or why not).

@@ -196,3 +196,13 @@ def test_the_group_s_problems_and_nccl_versions_that_differ():
     said = collective.group_problems({"a": dict(ok, used=used_new), "b": dict(ok, used=used_old, problems=["x"])})
     assert said == ["x", "collectives: NCCL versions differ across the group: a 2.28.9+cuda13.0; b 2.11.4+cuda11.4 "
                          "(every node must load the lock's NCCL)"]
+
+
+def test_the_nodes_that_start_are_every_node_on_a_restart_else_those_not_running():
+    from ansible.module_utils.stages.measure_due import starting_nodes  # pylint: disable=import-outside-toplevel
+
+    running = {"lab-worker1": "active", "lab-master": "inactive"}
+    assert starting_nodes(running, False) == ["lab-master"]
+    assert starting_nodes(running, True) == ["lab-master", "lab-worker1"]
+    assert starting_nodes({"a": "active", "b": "active"}, False) == []
+    assert starting_nodes({"a": "failed", "b": "activating"}, False) == ["a", "b"]
