@@ -71,7 +71,7 @@ import glob
 import json
 import os
 
-from ansible.module_utils.stages.measure_due import acceptance_due
+from ansible.module_utils.stages.measure_due import MEASURE_OPTIONS, acceptance_due
 from ansible.module_utils.modules.judge import run_module
 
 
@@ -89,8 +89,7 @@ ARGUMENT_SPEC = {
     "reports_dir": {"type": "path", "required": True},
     "records": {"type": "dict", "required": True},
     "settings": {"type": "dict", "required": True},
-    "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
-    "asked": {"type": "bool", "default": False},
+    **MEASURE_OPTIONS,
 }
 
 

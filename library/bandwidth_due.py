@@ -84,7 +84,7 @@ msg:
 
 import time
 
-from ansible.module_utils.stages.measure_due import bandwidth_due, bandwidth_fingerprint
+from ansible.module_utils.stages.measure_due import MEASURE_OPTIONS, bandwidth_due, bandwidth_fingerprint
 from ansible.module_utils.modules.judge import read_kept, run_module
 
 
@@ -95,8 +95,7 @@ ARGUMENT_SPEC = {
     "counters": {"type": "dict", "required": True},
     "settings": {"type": "dict", "required": True},
     "max_age": {"type": "int", "required": True},
-    "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
-    "asked": {"type": "bool", "default": False},
+    **MEASURE_OPTIONS,
 }
 
 

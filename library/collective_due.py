@@ -112,7 +112,7 @@ msg:
 """
 
 from ansible.module_utils.rails import collective
-from ansible.module_utils.stages.measure_due import collective_due, starting_nodes
+from ansible.module_utils.stages.measure_due import MEASURE_OPTIONS, collective_due, starting_nodes
 from ansible.module_utils.modules.judge import read_kept, run_module
 
 
@@ -127,8 +127,7 @@ ARGUMENT_SPEC = {
     "settings": {"type": "dict", "required": True},
     "running": {"type": "dict", "required": True},
     "restart": {"type": "bool", "default": False},
-    "mode": {"type": "str", "choices": ["auto", "always"], "default": "auto"},
-    "asked": {"type": "bool", "default": False},
+    **MEASURE_OPTIONS,
 }
 
 

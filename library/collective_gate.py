@@ -24,27 +24,8 @@ version_added: "0.1.0"
 author: twinrail developers
 extends_documentation_fragment:
   - twinrail_host
+  - twinrail_group
 options:
-  python:
-    description: The engine environment's Python (torch with torch.distributed).
-    type: path
-    required: true
-  address:
-    description: The rendezvous, the master's rail0 address.
-    type: str
-    required: true
-  port:
-    description: The rendezvous port.
-    type: int
-    required: true
-  world_size:
-    description: How many nodes join (one rank each).
-    type: int
-    required: true
-  rank:
-    description: This node's rank (the master's is 0).
-    type: int
-    required: true
   backend:
     description: C(nccl) on GPU nodes (the first GPU of each), C(gloo) on CPU nodes.
     type: str
@@ -76,10 +57,6 @@ options:
     description: What collective_due computed, gbytes (GB/s bus bandwidth, or None) and its basis.
     type: dict
     required: true
-  timeout:
-    description: Seconds the group may take to form.
-    type: int
-    default: 60
   fail:
     description: Fail when anything is wrong (false returns the problems).
     type: bool
@@ -134,17 +111,13 @@ msg:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.rails.collective import SCRIPT, summary, verdict
+from ansible.module_utils.rails.collective import GROUP_OPTIONS, SCRIPT, summary, verdict
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "path", "required": True},
-            "address": {"type": "str", "required": True},
-            "port": {"type": "int", "required": True},
-            "world_size": {"type": "int", "required": True},
-            "rank": {"type": "int", "required": True},
+            **GROUP_OPTIONS,
             "backend": {"type": "str", "choices": ["nccl", "gloo"], "required": True},
             "environment": {"type": "dict", "required": True},
             "sizes_mib": {"type": "list", "elements": "int", "default": [1, 32, 512]},
@@ -152,9 +125,7 @@ def main() -> None:
             "devices": {"type": "list", "elements": "str", "default": []},
             "interface": {"type": "str", "required": True},
             "required": {"type": "dict", "required": True},
-            "timeout": {"type": "int", "default": 60},
             "fail": {"type": "bool", "default": True},
-            "host": {"type": "str", "required": True},
         },
         supports_check_mode=True,
     )

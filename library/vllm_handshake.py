@@ -21,27 +21,8 @@ version_added: "0.1.0"
 author: twinrail developers
 extends_documentation_fragment:
   - twinrail_host
+  - twinrail_group
 options:
-  python:
-    description: The vLLM environment's Python.
-    type: path
-    required: true
-  address:
-    description: The rendezvous, the master's rail0 address.
-    type: str
-    required: true
-  port:
-    description: The rendezvous port (apart from the engine's own).
-    type: int
-    required: true
-  world_size:
-    description: How many nodes join (one rank each).
-    type: int
-    required: true
-  rank:
-    description: This node's rank (the master's is 0).
-    type: int
-    required: true
   interface:
     description: The rail interface gloo binds to (GLOO_SOCKET_IFNAME).
     type: str
@@ -54,10 +35,6 @@ options:
     description: What must be equal on every rank (env_id, model_revision) besides the versions the script reads.
     type: dict
     required: true
-  timeout:
-    description: Seconds the group may take to form.
-    type: int
-    default: 60
 """
 
 EXAMPLES = r"""
@@ -86,21 +63,16 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.engines.vllm.handshake import SCRIPT, verdict
+from ansible.module_utils.rails.collective import GROUP_OPTIONS
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "path", "required": True},
-            "address": {"type": "str", "required": True},
-            "port": {"type": "int", "required": True},
-            "world_size": {"type": "int", "required": True},
-            "rank": {"type": "int", "required": True},
+            **GROUP_OPTIONS,
             "interface": {"type": "str", "required": True},
             "rail": {"type": "str", "default": "rail0"},
             "identity": {"type": "dict", "required": True},
-            "timeout": {"type": "int", "default": 60},
-            "host": {"type": "str", "required": True},
         },
         supports_check_mode=True,
     )

@@ -91,6 +91,17 @@ print(json.dumps({"rank": rank, "world_size": world, "backend": backend, "torch"
 """
 
 OPS = ("all_reduce", "all_gather")
+# the options of a module that joins every node in one group, one rank a
+# node (collective_gate, vllm_handshake; doc fragment twinrail_group)
+GROUP_OPTIONS = {
+    "python": {"type": "path", "required": True},
+    "address": {"type": "str", "required": True},
+    "port": {"type": "int", "required": True},
+    "world_size": {"type": "int", "required": True},
+    "rank": {"type": "int", "required": True},
+    "timeout": {"type": "int", "default": 60},
+    "host": {"type": "str", "required": True},
+}
 
 
 def bus_factor(op: str, world: int) -> float:

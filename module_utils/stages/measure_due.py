@@ -21,6 +21,11 @@ import time
 # the report's run name: reports/<run>/ (date -u +%Y%m%dT%H%M%SZ)
 RUN_FORMAT = "%Y%m%dT%H%M%SZ"
 MODES = ("auto", "always")
+# the options every measuring judge takes (doc fragment twinrail_measure)
+MEASURE_OPTIONS = {
+    "mode": {"type": "str", "choices": list(MODES), "default": "auto"},
+    "asked": {"type": "bool", "default": False},
+}
 
 
 def asked_reasons(stage: str, setting: str, mode: str, asked: bool) -> list[str]:
@@ -30,6 +35,13 @@ def asked_reasons(stage: str, setting: str, mode: str, asked: bool) -> list[str]
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     return ((["asked for (--tags " + stage + " alone)"] if asked else [])
             + ([f"asked for ({setting}=always)"] if mode == "always" else []))
+
+
+def decision(stage: str, reasons: list[str], held: str) -> dict:
+    """measure, reasons and msg: measuring, with every reason, or ``held``
+    (why the kept result still holds)."""
+    return {"measure": bool(reasons), "reasons": reasons,
+            "msg": f"{stage}: measuring: " + "; ".join(reasons) if reasons else held}
 
 
 def run_time(run: str) -> float | None:
@@ -157,14 +169,11 @@ def bandwidth_due(baseline: dict | None, fingerprint: dict, settings: dict, coun
                 if grown:
                     reasons.append(f"{host}: {rail} error counters grew since the baseline: "
                                    + ", ".join(f"{k} +{v}" for k, v in grown.items()))
-    measure = bool(reasons)
-    if measure:
-        msg = "bandwidth: measuring: " + "; ".join(reasons)
-    else:
-        msg = (f"bandwidth: baseline of {run_date(run)} still valid (same kernel, rails, driver, firmware, "
-               f"links and settings on {', '.join(sorted(fingerprint))}; no error counter grew; "
-               f"{_age(now - run_time(run))} old, at most {_age(max_age_s)}): nothing measured")
-    return {"measure": measure, "reasons": reasons, "baseline_run": run, "msg": msg}
+    held = "" if reasons else (
+        f"bandwidth: baseline of {run_date(run)} still valid (same kernel, rails, driver, firmware, "
+        f"links and settings on {', '.join(sorted(fingerprint))}; no error counter grew; "
+        f"{_age(now - run_time(run))} old, at most {_age(max_age_s)}): nothing measured")
+    return {**decision("bandwidth", reasons, held), "baseline_run": run}
 
 
 # --------------------------------------------------------------------------
@@ -218,13 +227,9 @@ def acceptance_due(last: dict | None, records: dict, settings: dict, mode: str, 
                             "guard": "guard", "models": "weights", "config_version": "service configuration"}[key]
                     reasons.append(f"{host}: {what} {old[host].get(key)!r} -> {deployed[host].get(key)!r}")
         reasons.extend(_diff("setting ", context.get("settings", {}), settings))
-    measure = bool(reasons)
-    if measure:
-        msg = "acceptance: measuring: " + "; ".join(reasons)
-    else:
-        msg = (f"acceptance: verdict of {run_date(run)} still valid (PASS; same runtime, guard, weights, "
-               f"configuration and settings on {', '.join(sorted(deployed))}): nothing measured")
-    return {"measure": measure, "reasons": reasons, "last_run": run, "deployed": deployed, "msg": msg}
+    held = (f"acceptance: verdict of {run_date(run)} still valid (PASS; same runtime, guard, weights, "
+            f"configuration and settings on {', '.join(sorted(deployed))}): nothing measured")
+    return {**decision("acceptance", reasons, held), "last_run": run, "deployed": deployed}
 
 
 # --------------------------------------------------------------------------
@@ -273,11 +278,7 @@ def collective_due(kept: dict | None, fingerprint: dict, starting: list[str], mo
                 reasons.extend(_diff("setting ", old.get(key) or {}, fingerprint.get(key) or {}))
             elif old.get(key) != fingerprint.get(key):
                 reasons.append(f"{key} {old.get(key)!r} -> {fingerprint.get(key)!r}")
-    measure = bool(reasons)
-    if measure:
-        msg = "collectives: measuring: " + "; ".join(reasons)
-    else:
-        msg = (f"collectives: the report of {run_date(run)} still holds (PASS; the group serves with the same "
-               f"environment, runtime, rails and settings on {', '.join(sorted(fingerprint.get('hosts') or {}))}): "
-               "nothing measured")
-    return {"measure": measure, "reasons": reasons, "last_run": run, "msg": msg}
+    held = (f"collectives: the report of {run_date(run)} still holds (PASS; the group serves with the same "
+            f"environment, runtime, rails and settings on {', '.join(sorted(fingerprint.get('hosts') or {}))}): "
+            "nothing measured")
+    return {**decision("collectives", reasons, held), "last_run": run}
