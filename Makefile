@@ -150,15 +150,18 @@ gpu-proof: venv bundle
 	$(BIN)/python tools/gpu_proof.py run
 
 # The runtime stage's CUDA build compiled, linked and checked without a GPU
-# (tools/cuda_check.py): the toolkit assembled from pinned packages of the
-# Python package index, the stage's own build script for each CUDA profile's
-# architectures (PROFILES; ccache kept between runs), NEEDED and RUNPATH
-# against the link gate, the device code's sm against the profile, and the
-# binary refusing without a driver. Not in `make test`: a first build takes
-# tens of minutes on two cores (docs/benchmarks.md).
+# (tools/cuda_check.py): for each CUDA profile, on the profile's own
+# architecture (dgx-spark: aarch64 with Debian's cross compilers, run under
+# qemu), the toolkit assembled from pinned packages of the Python package
+# index, the stage's own build script (ccache kept between runs), NEEDED,
+# RUNPATH, ELF machine and interpreter against the link gate and the
+# profile, the device code's sm, and the binaries without a driver and with
+# a stub one. Not in `make test`: a first build takes tens of minutes on two
+# cores (docs/benchmarks.md).
 CUDA_PROFILES ?= dgx-spark gpu-server
+CUDA_CHECK_PACKAGES = ccache $(if $(filter dgx-spark,$(CUDA_PROFILES)),g++-aarch64-linux-gnu qemu-user-static)
 cuda-check: venv bundle
-	@command -v ccache >/dev/null || [ "$$(id -u)" != 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q ccache
+	@dpkg -s $(CUDA_CHECK_PACKAGES) >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(CUDA_CHECK_PACKAGES)
 	$(BIN)/python tools/cuda_check.py $(foreach p,$(CUDA_PROFILES),--profile $(p))
 
 # what distribution and the proxies cost per token (tools/bench_split.py):

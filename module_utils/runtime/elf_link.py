@@ -9,6 +9,9 @@ import re
 _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 # RUNPATH (or the older RPATH): colon-separated directories the loader searches first
 _RUNPATH = re.compile(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]")
+# an empty element of a non-empty RUNPATH ("$ORIGIN/../lib:"): the loader
+# searches the current directory there (glibc's fillin_rpath reads it as "./")
+CURRENT_DIRECTORY = "(an empty element: the current directory)"
 
 
 def needed_libraries(readelf_dynamic: str) -> list[str]:
@@ -17,8 +20,11 @@ def needed_libraries(readelf_dynamic: str) -> list[str]:
 
 
 def runpath(readelf_dynamic: str) -> list[str]:
-    """The RUNPATH (or RPATH) entries of `readelf -d`, in order."""
-    return [entry for found in _RUNPATH.findall(readelf_dynamic) for entry in found.split(":") if entry]
+    """The RUNPATH (or RPATH) entries of `readelf -d`, in order; an empty
+    element is the current directory (CURRENT_DIRECTORY), a wholly empty
+    RUNPATH none."""
+    return [entry or CURRENT_DIRECTORY for found in _RUNPATH.findall(readelf_dynamic) if found
+            for entry in found.split(":")]
 
 
 def has_dynamic_section(readelf_dynamic: str) -> bool:

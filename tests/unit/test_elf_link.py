@@ -6,8 +6,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import FIXTURES
 
-from ansible.module_utils.runtime.elf_link import needed_libraries, verdict
+from ansible.module_utils.runtime.elf_link import CURRENT_DIRECTORY, needed_libraries, verdict
+from ansible.module_utils.runtime.elf_link import runpath as runpath_of
 
 
 
@@ -67,3 +69,43 @@ def test_a_runpath_outside_the_release_is_refused_and_origin_lib_allowed(tmp_pat
     # a pattern allows its versions, not another library
     assert verdict("shipped", *inspect(shipped), ["libc.so.6", "libm.so.5*"], ["$ORIGIN/../lib"])["offending"] == [
         "libm.so.6"]
+
+
+def test_an_empty_runpath_element_is_the_current_directory_and_is_refused(tmp_path):
+    """A release linked with `$ORIGIN/../lib:` (a trailing colon, as a
+    build's joined list leaves it): the loader then takes a library from
+    whatever directory the binary is started in. Linked here and run from
+    a directory holding the library, it loads it; the verdict refuses it."""
+    (tmp_path / "lib.c").write_text("int answer(void) { return 42; }\n")
+    (tmp_path / "main.c").write_text('#include <stdio.h>\nint answer(void);\n'
+                                     'int main(void) { printf("%d\\n", answer()); return 0; }\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libanswer.so"), str(tmp_path / "lib.c"),
+                    "-Wl,-soname,libanswer.so"], check=True)
+    (tmp_path / "bin").mkdir()
+    made = {}
+    for name, path in (("trailing", "$ORIGIN/../lib:"), ("shipped", "$ORIGIN/../lib")):
+        made[name] = tmp_path / "bin" / name
+        subprocess.run(["gcc", "-o", str(made[name]), str(tmp_path / "main.c"), f"-L{tmp_path}", "-lanswer",
+                        f"-Wl,--enable-new-dtags,-rpath,{path}"], check=True)
+    ran = {name: subprocess.run([str(path)], cwd=tmp_path, capture_output=True, text=True, check=False)
+           for name, path in made.items()}
+    assert ran["trailing"].stdout == "42\n" and ran["shipped"].returncode != 0  # the danger is real
+    allow = ["libc.so.6", "libanswer.so"]
+    bad = verdict("trailing", *inspect(made["trailing"]), allow, ["$ORIGIN/../lib"])
+    assert not bad["passed"] and bad["offending_runpath"] == [CURRENT_DIRECTORY]
+    assert bad["runpath"] == ["$ORIGIN/../lib", CURRENT_DIRECTORY]
+    assert verdict("shipped", *inspect(made["shipped"]), allow, ["$ORIGIN/../lib"])["passed"]
+
+
+@pytest.mark.parametrize("capture, runpath", [
+    ("readelf-d_runpath_origin_trailing_empty_sherpa-ncnn_k2-fsa-docs.txt", ["$ORIGIN", CURRENT_DIRECTORY]),
+    ("readelf-d_rpath_trailing_empty_entry_ceph-tools-demo_list-snaps_runsisi.txt",
+     ["/home/runsisi/build/14.2.10/ceph-tools-demo/../build/boost/lib",
+      "/home/runsisi/build/14.2.10/ceph-tools-demo/../build/lib", CURRENT_DIRECTORY])])
+def test_real_listings_with_an_empty_element_are_read_with_it(capture, runpath):
+    """readelf -d of public builds (tests/fixtures/elf/SOURCES.md): a
+    RUNPATH and an older RPATH, each ending in an empty element."""
+    listing = (FIXTURES / "elf" / capture).read_text()
+    assert runpath_of(listing)[:len(runpath)] == runpath
+    result = verdict("it", listing, "", needed_libraries(listing), [e for e in runpath if e != CURRENT_DIRECTORY])
+    assert not result["passed"] and set(result["offending_runpath"]) == {CURRENT_DIRECTORY}
