@@ -62,6 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "tools"))
 # pylint: disable=wrong-import-position
+from gpu_proof import parse_bench  # noqa: E402
 from gpu_proof_prepare import ARCHIVE, SMOLLM2, SUBDIR, ProofError, render_build_scripts  # noqa: E402
 import twinrail.loader  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position  (first: module_utils/ joins ansible.module_utils)
 from ansible.module_utils.runtime import elf_link  # noqa: E402
@@ -301,11 +302,11 @@ def source(top: Path) -> None:
         archive.extractall(top, members=members)  # noqa: S202  (the pinned, hash-checked sdist)
 
 
-def build(profile: str, root: Path, jobs: int) -> tuple[Path, dict, float]:
-    """The runtime stage's build script for the profile: its archs, its ISA
-    flags, for its architecture (a toolchain file where that is not this
-    machine's); ccache kept per architecture."""
-    settings, target = _profile(profile, REPO)
+def build(profile: str, settings: dict, target: str, root: Path, jobs: int) -> tuple[Path, dict, float]:
+    """The runtime stage's build script for the profile (its settings and
+    architecture): its archs, its ISA flags, for its architecture (a
+    toolchain file where that is not this machine's); ccache kept per
+    architecture."""
     archs = archs_of(settings["runtime_build_cuda_archs"])
     cmake = runtime_build.cmake_definitions([str(f) for f in settings.get("runtime_build_isa_flags") or []], True,
                                             ";".join(archs), False, str(root), cublas="shared")
@@ -375,7 +376,7 @@ def run_release(target: str, argv: list[str], stub_dir: Path | None = None) -> d
     proc = subprocess.run(emulator(target) + argv, capture_output=True, text=True, check=False, env=env,
                           timeout=600)
     return {"argv": [Path(argv[0]).name, *argv[1:]], "exit": proc.returncode,
-            "said": (proc.stdout + proc.stderr).strip()}
+            "said": (proc.stdout + proc.stderr).strip(), "stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def driver_checks(target: str, release: Path, root: Path) -> tuple[dict, list[str]]:
@@ -407,25 +408,15 @@ def driver_checks(target: str, release: Path, root: Path) -> tuple[dict, list[st
     # and as far as a node without a GPU goes: the bundle's small model on the CPU, every layer there
     bench = run_release(target, [str(release / "bin" / "llama-bench"), "-m", str(SMOLLM2), "-ngl", "0", "-p", "16",
                                  "-n", "4", "-r", "1", "-t", "2", "-o", "json"], stub_dir)
-    bench["rows"] = cpu_rows(bench["said"])
-    if bench["exit"] != 0 or len(bench["rows"]) != 2 or not all(row["tokens_per_s"] > 0 for row in bench["rows"]):
-        failures.append(f"llama-bench on the CPU with the stub driver: exit {bench['exit']}: {bench['said'][-300:]!r}; "
+    try:
+        bench["figures"] = parse_bench(bench["stdout"], bench["stderr"])
+    except ProofError as exc:
+        bench["figures"] = {}
+        failures.append(f"llama-bench on the CPU with the stub driver: exit {bench['exit']}: {exc}")
+    if bench["figures"] and (bench["exit"] != 0 or not all(f["tokens_per_s"] > 0 for f in bench["figures"].values())):
+        failures.append(f"llama-bench on the CPU with the stub driver: exit {bench['exit']}: {bench['figures']}; "
                         "expected a prompt and a generation row, each with tokens per second")
     return {"none": none, "stub": [version, devices], "cpu_bench": bench}, failures
-
-
-def cpu_rows(said: str) -> list[dict]:
-    """llama-bench -o json's rows (printed after the CUDA runtime's line on
-    stderr, both in `said`, stdout first): the test, tokens per second,
-    the backends."""
-    start = said.find("[")
-    try:
-        rows = json.JSONDecoder().raw_decode(said[start:])[0] if start >= 0 else []
-    except json.JSONDecodeError:
-        return []
-    return [{"test": f"pp{row['n_prompt']}" if row.get("n_prompt") else f"tg{row.get('n_gen')}",
-             "tokens_per_s": round(float(row.get("avg_ts") or 0), 2), "backends": row.get("backends"),
-             "n_gpu_layers": row.get("n_gpu_layers")} for row in rows if isinstance(row, dict)]
 
 
 def check(profile: str, archs: list[str], bindir: Path, root: Path, target: str = HOST) -> dict:
@@ -496,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             archs = archs_of(settings["runtime_build_cuda_archs"])
             root, toolkit_s = toolkit(target)
             log(f"toolkit {TOOLKIT_VERSION} for {target} at {root} ({toolkit_s} s)")
-            bindir, cmake, build_s = build(profile, root, args.jobs)
+            bindir, cmake, build_s = build(profile, settings, target, root, args.jobs)
             steps = len(re.findall(r"^\[\d+/\d+\] ", (bindir.parent.parent / "build.log").read_text(errors="replace"),
                                    re.M))
             started = time.monotonic()
@@ -557,7 +548,7 @@ def record(profile: str, result: dict) -> dict:
             "without_driver": result["driver"]["none"]["said"][-200:],
             "with_stub_driver": {" ".join(ran["argv"]): {"exit": ran["exit"], "said": ran["said"][-400:]}
                                  for ran in result["driver"]["stub"]},
-            "cpu_bench_with_stub_driver": result["driver"]["cpu_bench"]["rows"]}
+            "cpu_bench_with_stub_driver": result["driver"]["cpu_bench"]["figures"]}
 
 
 if __name__ == "__main__":

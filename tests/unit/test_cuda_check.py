@@ -192,8 +192,11 @@ def test_without_a_gpu_the_release_refuses_clearly_and_goes_on_with_the_stub(tmp
         def fake(target, argv, stub_dir=None):
             key = "none" if stub_dir is None else (
                 "stub-version" if "--version" in argv else "stub-bench" if "-m" in argv else "stub-devices")
-            return {"argv": [argv[0].rsplit("/", 1)[-1], *argv[1:]], "exit": outcomes[key][0],
-                    "said": outcomes[key][1]}
+            text = outcomes[key][1]
+            # the bench's stdout is its JSON, its stderr the CUDA runtime's line after it (as captured)
+            out, _, err = text.rpartition("\n]") if key == "stub-bench" and "\n]" in text else ("", "", text)
+            return {"argv": [argv[0].rsplit("/", 1)[-1], *argv[1:]], "exit": outcomes[key][0], "said": text,
+                    "stdout": out + ("\n]" if out else ""), "stderr": err}
         monkeypatch.setattr(cuda_check, "run_release", fake)
         monkeypatch.setattr(cuda_check, "CACHE", tmp_path)
         (tmp_path / "lib64" / "stubs").mkdir(parents=True, exist_ok=True)
@@ -211,9 +214,11 @@ def test_without_a_gpu_the_release_refuses_clearly_and_goes_on_with_the_stub(tmp
         "expected the CUDA runtime's \"driver version is insufficient\"" in run(silent)[0])
     unloaded = dict(real, **{"stub-version": (127, said["none"])})
     assert run(unloaded)[0].startswith("llama-server --version with the stub driver: exit 127")
-    # the model on the CPU: its two rows read from the real JSON after the runtime's line; none is a failure
-    assert [(row["test"], row["backends"], row["n_gpu_layers"]) for row in cuda_check.cpu_rows(said["stub-bench"])] == [
-        ("pp16", "CUDA", 0), ("tg4", "CUDA", 0)]
+    # the model on the CPU: its two rows read from the real JSON before the runtime's line; none is a failure
+    out, _, _ = said["stub-bench"].rpartition("\n]")
+    figures = cuda_check.parse_bench(out + "\n]")
+    assert [(kind, f["tokens"], f["backends"], f["n_gpu_layers"]) for kind, f in sorted(figures.items())] == [
+        ("pp", 16, "CUDA", 0), ("tg", 4, "CUDA", 0)]
     stopped = dict(real, **{"stub-bench": (0, said["stub-devices"])})
     assert run(stopped)[0].startswith("llama-bench on the CPU with the stub driver: exit 0")
 
